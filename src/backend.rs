@@ -1,0 +1,149 @@
+//! The object store behind a store, and the bridge from the core's blocking
+//! API to `object_store`'s async one.
+//!
+//! The core is called from FUSE threads and from tokio tasks (through
+//! `spawn_blocking`), so every call runs its future on the backend's own
+//! runtime and waits for it with a plain blocking wait, which is sound from
+//! any thread.
+
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStore, PutMode, PutOptions, PutPayload};
+use std::future::Future;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub struct Backend {
+    store: Arc<dyn ObjectStore>,
+    /// Set for the embedded local store: puts are fsynced there, since
+    /// `LocalFileSystem` only renames into place.
+    local_root: Option<PathBuf>,
+    runtime: Option<tokio::runtime::Runtime>,
+    description: String,
+}
+
+impl Backend {
+    /// The embedded default: objects are files under `root`.
+    pub fn local(root: PathBuf) -> Result<Backend> {
+        std::fs::create_dir_all(&root)?;
+        let fs = LocalFileSystem::new_with_prefix(&root)?;
+        let description = format!("file://{}", root.display());
+        Backend::new(Arc::new(fs), Some(root), description)
+    }
+
+    /// Any object store, e.g. one wrapped in a fault-injecting decorator.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        local_root: Option<PathBuf>,
+        description: String,
+    ) -> Result<Backend> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("forkfs-io")
+            .enable_all()
+            .build()?;
+        Ok(Backend { store, local_root, runtime: Some(runtime), description })
+    }
+
+    pub fn describe(&self) -> &str {
+        &self.description
+    }
+
+    fn run<F, T>(&self, fut: F) -> Result<T>
+    where
+        F: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let rt = self.runtime.as_ref().expect("runtime lives until drop");
+        let handle = rt.spawn(fut);
+        match futures::executor::block_on(handle) {
+            Ok(r) => r,
+            Err(e) => Err(Error::with_source(
+                crate::ErrorKind::Unavailable,
+                "object store task failed",
+                e,
+            )),
+        }
+    }
+
+    /// Writes an object and makes it durable before returning.
+    pub fn put(&self, key: &Path, data: Bytes) -> Result<()> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move {
+            store.put(&k, PutPayload::from(data)).await?;
+            Ok(())
+        })?;
+        self.sync_local(key)
+    }
+
+    /// Writes an object only if no object of that name exists yet.
+    pub fn put_if_absent(&self, key: &Path, data: Bytes) -> Result<()> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move {
+            let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+            store.put_opts(&k, PutPayload::from(data), opts).await?;
+            Ok(())
+        })?;
+        self.sync_local(key)
+    }
+
+    pub fn get(&self, key: &Path) -> Result<Bytes> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move { Ok(store.get(&k).await?.bytes().await?) })
+    }
+
+    pub fn get_range(&self, key: &Path, range: Range<u64>) -> Result<Bytes> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move { Ok(store.get_range(&k, range).await?) })
+    }
+
+    pub fn head(&self, key: &Path) -> Result<ObjectMeta> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move { Ok(store.head(&k).await?) })
+    }
+
+    pub fn delete(&self, key: &Path) -> Result<()> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move {
+            match store.delete(&k).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    pub fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let store = self.store.clone();
+        let p = Path::from(prefix);
+        self.run(async move { Ok(store.list(Some(&p)).try_collect::<Vec<_>>().await?) })
+    }
+
+    fn sync_local(&self, key: &Path) -> Result<()> {
+        let Some(root) = &self.local_root else { return Ok(()) };
+        let path = root.join(key.as_ref());
+        std::fs::File::open(&path)?.sync_all()?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        // A runtime may not be dropped with a blocking wait inside async code.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}

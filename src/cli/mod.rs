@@ -1,0 +1,199 @@
+//! The `forkfs` CLI: one module per subcommand, shared flags in [`Global`].
+
+mod data;
+mod debug;
+mod fork;
+mod init;
+mod log;
+mod output;
+mod snapshot;
+mod status;
+mod volume;
+
+use clap::{Parser, Subcommand};
+use forkfs::{Error, ErrorKind, Store};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "forkfs", version, about = "Forkable, versioned workspaces and disks on a copy-on-write, content-addressed store")]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every subcommand takes.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Global {
+    /// Store directory [default: $XDG_DATA_HOME/forkfs]
+    #[arg(long, env = "FORKFS_STORE", global = true)]
+    pub store: Option<PathBuf>,
+    /// Machine-readable JSON output
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Log verbosity (also RUST_LOG)
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+impl Global {
+    pub fn store_dir(&self) -> PathBuf {
+        if let Some(s) = &self.store {
+            return s.clone();
+        }
+        let data = std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+            .unwrap_or_else(|| PathBuf::from("."));
+        data.join("forkfs")
+    }
+
+    pub fn open(&self) -> forkfs::Result<Store> {
+        Store::open(&self.store_dir())
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new store
+    Init(init::Args),
+    /// Create, list or delete volumes
+    #[command(subcommand)]
+    Volume(volume::Cmd),
+    /// Record a volume's current state as a new version
+    Snapshot(snapshot::Args),
+    /// Create a new volume from a version (constant time)
+    Fork(fork::ForkArgs),
+    /// Set a volume's head to a version (the old head is kept as a version)
+    Restore(fork::RestoreArgs),
+    /// Name a version (named versions are never pruned)
+    Tag(snapshot::TagArgs),
+    /// Remove a version's name
+    Untag(snapshot::UntagArgs),
+    /// Delete a version
+    #[command(name = "delete-version")]
+    DeleteVersion(snapshot::DeleteArgs),
+    /// List a volume's versions, newest first
+    Log(log::LogArgs),
+    /// Show what changed between two versions, or a version and the head
+    Diff(log::DiffArgs),
+    /// Copy a raw image (block volume) or a directory tree (fs volume) into a volume
+    Import(data::ImportArgs),
+    /// Copy a volume or version out to a raw image or a directory tree
+    Export(data::ExportArgs),
+    /// Volumes, sizes, stored bytes and dedupe ratio
+    Status(status::Args),
+    /// Serve volumes over NBD (runs forkfs-nbd)
+    #[command(external_subcommand)]
+    External(Vec<String>),
+    /// Internal tools for tests
+    #[command(subcommand, hide = true)]
+    Debug(debug::Cmd),
+}
+
+/// Runs the CLI and returns the process exit code.
+pub fn run() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    init_tracing(cli.global.verbose);
+    let g = cli.global.clone();
+    let result = match cli.command {
+        Command::Init(a) => init::run(&g, a),
+        Command::Volume(c) => volume::run(&g, c),
+        Command::Snapshot(a) => snapshot::run(&g, a),
+        Command::Fork(a) => fork::fork(&g, a),
+        Command::Restore(a) => fork::restore(&g, a),
+        Command::Tag(a) => snapshot::tag(&g, a),
+        Command::Untag(a) => snapshot::untag(&g, a),
+        Command::DeleteVersion(a) => snapshot::delete(&g, a),
+        Command::Log(a) => log::log(&g, a),
+        Command::Diff(a) => log::diff(&g, a),
+        Command::Import(a) => data::import(&g, a),
+        Command::Export(a) => data::export(&g, a),
+        Command::Status(a) => status::run(&g, a),
+        Command::External(args) => return external(&g, args),
+        Command::Debug(c) => debug::run(&g, c),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("forkfs: {}", one_line(&e));
+            exit_code(&e)
+        }
+    }
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(fe) = e.downcast_ref::<Error>()
+        && let Some(src) = std::error::Error::source(fe)
+        && !s.contains(&src.to_string())
+    {
+        s = format!("{s}: {src}");
+    }
+    s.replace('\n', " ")
+}
+
+/// Exit codes by error kind (sysexits-style), so scripts can tell them apart.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    match e.downcast_ref::<Error>().map(Error::kind) {
+        Some(ErrorKind::InvalidInput) => 64,
+        Some(ErrorKind::Corrupt) => 65,
+        Some(ErrorKind::NotFound) => 66,
+        Some(ErrorKind::Unavailable) => 69,
+        Some(ErrorKind::NoSpace) => 73,
+        Some(ErrorKind::ReadOnly | ErrorKind::Conflict) => 75,
+        None => 1,
+    }
+}
+
+/// `forkfs nbd ...` runs `forkfs-nbd ...`, `forkfs fsck|gc|prune ...` runs `forkfs-fsck`.
+fn external(g: &Global, args: Vec<String>) -> i32 {
+    let Some(sub) = args.first() else { return 2 };
+    let (bin, rest): (&str, Vec<String>) = match sub.as_str() {
+        "nbd" => ("forkfs-nbd", args[1..].to_vec()),
+        "fsck" => ("forkfs-fsck", args[1..].to_vec()),
+        "gc" | "prune" => ("forkfs-fsck", args.clone()),
+        other => {
+            eprintln!("forkfs: unknown command {other:?} (see forkfs --help)");
+            return 2;
+        }
+    };
+    // Prefer the binary next to this one, then PATH.
+    let sibling = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(bin)));
+    let program = sibling.filter(|p| p.exists()).unwrap_or_else(|| PathBuf::from(bin));
+    let mut cmd = std::process::Command::new(&program);
+    if let Some(s) = &g.store {
+        cmd.env("FORKFS_STORE", s);
+    }
+    cmd.args(&rest);
+    if g.json {
+        cmd.arg("--json");
+    }
+    match cmd.status() {
+        Ok(st) => st.code().unwrap_or(1),
+        Err(e) => {
+            eprintln!("forkfs: cannot run {}: {e}", program.display());
+            69
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,81 @@
+//! `forkfs snapshot`, `tag`, `untag`, `delete-version`.
+
+use super::Global;
+use super::output::print_json;
+use forkfs::{SnapshotOptions, Target};
+
+#[derive(clap::Args)]
+pub struct Args {
+    volume: String,
+    /// Name the version (named versions are never pruned)
+    #[arg(long)]
+    name: Option<String>,
+    /// A free-text label
+    #[arg(long, short)]
+    message: Option<String>,
+}
+
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    let store = g.open()?;
+    let opts = SnapshotOptions { name: a.name, label: a.message, ..Default::default() };
+    let v = store.snapshot(&a.volume, &opts)?;
+    if g.json {
+        return print_json(&v);
+    }
+    println!("{}@{}", v.volume_name, v.id.short());
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct TagArgs {
+    /// VOL@VERSION
+    version: String,
+    name: String,
+}
+
+pub fn tag(g: &Global, a: TagArgs) -> anyhow::Result<()> {
+    let store = g.open()?;
+    let v = store.resolve_version(&a.version)?;
+    store.tag(&v, &a.name)?;
+    if g.json {
+        return print_json(&serde_json::json!({ "version": v.id, "name": a.name }));
+    }
+    println!("{}@{} is now also {}@{}", v.volume_name, v.id.short(), v.volume_name, a.name);
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct UntagArgs {
+    volume: String,
+    name: String,
+}
+
+pub fn untag(g: &Global, a: UntagArgs) -> anyhow::Result<()> {
+    let store = g.open()?;
+    let vol = store.volume(&a.volume)?;
+    store.untag(&vol, &a.name)?;
+    if g.json {
+        return print_json(&serde_json::json!({ "untagged": a.name }));
+    }
+    println!("removed name {} from {}", a.name, a.volume);
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct DeleteArgs {
+    /// VOL@VERSION
+    version: String,
+}
+
+pub fn delete(g: &Global, a: DeleteArgs) -> anyhow::Result<()> {
+    let store = g.open()?;
+    let Target::Version(v) = store.resolve(&a.version)? else {
+        return Err(forkfs::Error::invalid("name a version: VOL@VERSION").into());
+    };
+    store.delete_version(&v)?;
+    if g.json {
+        return print_json(&serde_json::json!({ "deleted": v.id }));
+    }
+    println!("deleted {}@{}", v.volume_name, v.id.short());
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! Errors of the core library.
+//!
+//! Each module keeps a detailed cause; callers see one coarse [`ErrorKind`]
+//! that tells them what to do (retry, fix the input, repair the store).
+//! Front-ends map kinds to errnos or NBD error codes in exactly one place.
+
+use std::fmt;
+
+/// What a caller can do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The named volume, version, chunk or object does not exist.
+    NotFound,
+    /// Stored data failed verification (checksum, magic, decoding).
+    Corrupt,
+    /// A backend (object store, local disk, database) could not be reached or failed.
+    Unavailable,
+    /// The request itself is malformed or out of range.
+    InvalidInput,
+    /// The target is read-only (a version, or a read-only attachment).
+    ReadOnly,
+    /// Out of space, or a configured limit was reached.
+    NoSpace,
+    /// Somebody else holds the resource, or it already exists.
+    Conflict,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::ReadOnly => "read-only",
+            ErrorKind::NoSpace => "no space",
+            ErrorKind::Conflict => "conflict",
+        };
+        f.write_str(s)
+    }
+}
+
+/// The error type of the core library: a kind plus a message and its cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error { kind, message: message.into(), source: None }
+    }
+
+    pub fn with_source(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error { kind, message: message.into(), source: Some(Box::new(source)) }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::NotFound, message)
+    }
+
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Corrupt, message)
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Conflict, message)
+    }
+
+    pub fn read_only(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::ReadOnly, message)
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<rocksdb::Error> for Error {
+    fn from(e: rocksdb::Error) -> Self {
+        let kind = match e.kind() {
+            rocksdb::ErrorKind::Corruption => ErrorKind::Corrupt,
+            rocksdb::ErrorKind::InvalidArgument => ErrorKind::InvalidInput,
+            _ => ErrorKind::Unavailable,
+        };
+        Error::with_source(kind, format!("index database: {e}"), e)
+    }
+}
+
+impl From<object_store::Error> for Error {
+    fn from(e: object_store::Error) -> Self {
+        let kind = match &e {
+            object_store::Error::NotFound { .. } => ErrorKind::NotFound,
+            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
+                ErrorKind::Conflict
+            }
+            _ => ErrorKind::Unavailable,
+        };
+        Error::with_source(kind, format!("object store: {e}"), e)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        let kind = match e.kind() {
+            std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            std::io::ErrorKind::AlreadyExists => ErrorKind::Conflict,
+            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+                ErrorKind::InvalidInput
+            }
+            std::io::ErrorKind::StorageFull => ErrorKind::NoSpace,
+            _ => ErrorKind::Unavailable,
+        };
+        Error::with_source(kind, format!("I/O: {e}"), e)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::with_source(ErrorKind::Corrupt, format!("record decoding: {e}"), e)
+    }
+}

@@ -1,0 +1,289 @@
+//! Version-graph operations: snapshot, fork, restore, tags, deletion, log
+//! and version references.
+//!
+//! Commit protocol of a snapshot (see docs/FORMAT.md): fold the overlay into
+//! a new root, seal the open pack (object put + fsync, then index), write
+//! the version object, then one synced RocksDB batch that records the
+//! version, moves the head and clears the overlay. A crash before that batch
+//! leaves the old head and the overlay as they were; after it, the version
+//! is complete because everything it names was durable first.
+
+use crate::error::{Error, Result};
+use crate::id::{VersionId, VolumeName};
+use crate::index::CF_META;
+use crate::paths;
+use crate::store::Store;
+use crate::version::{HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeRecord, keys, now_ms};
+use crate::volume::Head;
+use bytes::Bytes;
+use rocksdb::WriteBatch;
+use std::sync::Arc;
+
+/// What to snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotOptions {
+    /// A name (tag) for the new version; named versions are never pruned.
+    pub name: Option<String>,
+    pub label: Option<String>,
+    pub origin: Option<Origin>,
+    /// Skip creating a version when nothing changed since the last one.
+    pub skip_if_clean: bool,
+}
+
+/// A resolved reference: the live head of a volume, or one of its versions.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Head(VolumeRecord),
+    Version(VersionRecord),
+}
+
+impl Target {
+    pub fn volume_name(&self) -> &VolumeName {
+        match self {
+            Target::Head(v) => &v.name,
+            Target::Version(v) => &v.volume_name,
+        }
+    }
+}
+
+impl Store {
+    /// Records the head of `volume` as a new immutable version.
+    pub fn snapshot(&self, volume: &str, opts: &SnapshotOptions) -> Result<VersionRecord> {
+        let head = self.open_volume(volume)?;
+        let _gate = head.gate.write();
+        head.check_live()?;
+        self.snapshot_locked(&head, opts)
+    }
+
+    /// The snapshot itself; the caller holds the head's gate exclusively.
+    pub(crate) fn snapshot_locked(&self, head: &Head, opts: &SnapshotOptions) -> Result<VersionRecord> {
+        if let Some(n) = &opts.name {
+            check_tag(n)?;
+            if self.index().get_meta(&keys::tag(head.record().id, n))?.is_some() {
+                return Err(Error::conflict(format!("volume {} already has a version named {n}", head.record().name)));
+            }
+        }
+        let state = head.state();
+        let clean = head.is_clean()?;
+        if clean && opts.skip_if_clean && opts.name.is_none() {
+            if let Some(base) = state.base
+                && let Ok(v) = self.version(&base)
+            {
+                return Ok(v);
+            }
+        }
+        let root = if clean { state.root } else { head.fold()? };
+        self.chunks().flush()?;
+        let rec = head.record();
+        let version = VersionRecord {
+            format: RECORD_FORMAT,
+            id: VersionId([0; 16]),
+            volume: rec.id,
+            volume_name: rec.name.clone(),
+            seq: state.next_seq,
+            parents: state.base.into_iter().collect(),
+            root,
+            kind: rec.kind,
+            size: rec.size,
+            block_size: rec.block_size,
+            created_at_ms: now_ms(),
+            label: opts.label.clone(),
+            origin: opts.origin.unwrap_or(Origin::Manual),
+            pinned: opts.name.is_some(),
+            generation: None,
+        }
+        .seal()?;
+        let json = serde_json::to_vec_pretty(&version)?;
+        self.chunks().backend().put(&paths::version(&version.id), Bytes::from(json))?;
+        let new_head = HeadRecord { base: Some(version.id), root, next_seq: state.next_seq + 1 };
+        let mut b = WriteBatch::default();
+        self.put_json(&mut b, &keys::version(&version.id), &version)?;
+        b.put_cf(self.index().cf(CF_META), keys::log(rec.id, version.seq), version.id.to_string());
+        if let Some(n) = &opts.name {
+            b.put_cf(self.index().cf(CF_META), keys::tag(rec.id, n), version.id.to_string());
+        }
+        self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
+        head.overlay().clear(&mut b);
+        self.index().write(b, true)?;
+        head.set_state(new_head.clone());
+        let head_obj = Bytes::from(serde_json::to_vec_pretty(&new_head)?);
+        self.chunks().backend().put(&paths::head(rec.id), head_obj)?;
+        tracing::info!(volume = %rec.name, version = %version.id.short(), origin = %version.origin, "snapshot");
+        Ok(version)
+    }
+
+    pub fn version(&self, id: &VersionId) -> Result<VersionRecord> {
+        self.get_json(&keys::version(id))?
+            .ok_or_else(|| Error::not_found(format!("no version {}", id.short())))
+    }
+
+    /// The versions of a volume, oldest first.
+    pub fn log(&self, volume: &VolumeRecord) -> Result<Vec<VersionRecord>> {
+        let mut out = Vec::new();
+        for (_, id) in self.index().scan_meta(&keys::log_prefix(volume.id))? {
+            let id = std::str::from_utf8(&id).ok().and_then(VersionId::parse);
+            let id = id.ok_or_else(|| Error::corrupt("log entry is not a version id"))?;
+            out.push(self.version(&id)?);
+        }
+        Ok(out)
+    }
+
+    /// Tags of a volume: name -> version.
+    pub fn tags(&self, volume: &VolumeRecord) -> Result<Vec<(String, VersionId)>> {
+        let prefix = keys::tag_prefix(volume.id);
+        let mut out = Vec::new();
+        for (k, v) in self.index().scan_meta(&prefix)? {
+            let id = std::str::from_utf8(&v).ok().and_then(VersionId::parse);
+            let id = id.ok_or_else(|| Error::corrupt("tag does not name a version id"))?;
+            out.push((k[prefix.len()..].to_string(), id));
+        }
+        Ok(out)
+    }
+
+    /// Resolves `VOL` (the live head) or `VOL@REF`, where REF is a tag, a
+    /// version id or unique prefix of one (4+ hex digits), or `~N` (the N-th
+    /// version back from the newest; `~0` is the newest).
+    pub fn resolve(&self, spec: &str) -> Result<Target> {
+        let Some((vol, r)) = spec.split_once('@') else {
+            return Ok(Target::Head(self.volume(spec)?));
+        };
+        let volume = self.volume(vol)?;
+        if let Some(v) = self.index().get_meta(&keys::tag(volume.id, r))? {
+            let id = std::str::from_utf8(&v).ok().and_then(VersionId::parse);
+            return Ok(Target::Version(self.version(&id.ok_or_else(|| Error::corrupt("bad tag"))?)?));
+        }
+        let log = self.log(&volume)?;
+        if let Some(n) = r.strip_prefix('~') {
+            let n: usize = n.parse().map_err(|_| Error::invalid(format!("bad relative version {r:?}: use ~N")))?;
+            return log
+                .iter()
+                .rev()
+                .nth(n)
+                .cloned()
+                .map(Target::Version)
+                .ok_or_else(|| Error::not_found(format!("{vol} has only {} versions", log.len())));
+        }
+        let lower = r.to_ascii_lowercase();
+        if lower.len() < 4 || !lower.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Error::not_found(format!("{vol} has no version named {r:?}")));
+        }
+        let matches: Vec<&VersionRecord> = log.iter().filter(|v| v.id.to_string().starts_with(&lower)).collect();
+        match matches.as_slice() {
+            [one] => Ok(Target::Version((*one).clone())),
+            [] => Err(Error::not_found(format!("{vol} has no version {r}"))),
+            _ => Err(Error::invalid(format!("version prefix {r} is ambiguous"))),
+        }
+    }
+
+    /// Resolves a spec that must name a version; a bare volume name is
+    /// snapshotted first (skipped when clean) so it names its current state.
+    pub fn resolve_version(&self, spec: &str) -> Result<VersionRecord> {
+        match self.resolve(spec)? {
+            Target::Version(v) => Ok(v),
+            Target::Head(vol) => self.snapshot(
+                vol.name.as_str(),
+                &SnapshotOptions { skip_if_clean: true, origin: Some(Origin::Auto), ..Default::default() },
+            ),
+        }
+    }
+
+    /// Creates volume `new_name` whose head starts at `from`. O(1): the new
+    /// head shares the version's root; nothing is copied.
+    pub fn fork(&self, from: &VersionRecord, new_name: &str) -> Result<VolumeRecord> {
+        let name = VolumeName::new(new_name)?;
+        let head = HeadRecord { base: Some(from.id), root: from.root, next_seq: 0 };
+        let rec = self.insert_volume(name, from.kind, from.size, from.block_size, Some(from.id), head)?;
+        tracing::info!(from = %from.id.short(), volume = %rec.name, "fork");
+        Ok(rec)
+    }
+
+    /// Sets the head of `volume` to `to`. The old head is recorded as a
+    /// version first, so a restore can itself be undone; returns that version.
+    pub fn restore(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
+        let head = self.open_volume(volume)?;
+        let rec = head.record().clone();
+        if to.kind != rec.kind || to.block_size != rec.block_size || to.size != rec.size {
+            return Err(Error::invalid(format!(
+                "version {} ({} {} bytes) does not fit volume {}",
+                to.id.short(),
+                to.kind,
+                to.size,
+                rec.name
+            )));
+        }
+        let _gate = head.gate.write();
+        head.check_live()?;
+        let pre = self.snapshot_locked(
+            &head,
+            &SnapshotOptions {
+                label: Some(format!("before restore to {}", to.id.short())),
+                origin: Some(Origin::Restore),
+                ..Default::default()
+            },
+        )?;
+        let new_head = HeadRecord { base: Some(to.id), root: to.root, next_seq: pre.seq + 1 };
+        let mut b = WriteBatch::default();
+        self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
+        head.overlay().clear(&mut b);
+        self.index().write(b, true)?;
+        head.set_state(new_head);
+        tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");
+        Ok(pre)
+    }
+
+    pub fn tag(&self, version: &VersionRecord, name: &str) -> Result<()> {
+        check_tag(name)?;
+        let key = keys::tag(version.volume, name);
+        if self.index().get_meta(&key)?.is_some() {
+            return Err(Error::conflict(format!("{} already has a version named {name}", version.volume_name)));
+        }
+        let mut b = WriteBatch::default();
+        b.put_cf(self.index().cf(CF_META), key, version.id.to_string());
+        self.index().write(b, true)
+    }
+
+    pub fn untag(&self, volume: &VolumeRecord, name: &str) -> Result<()> {
+        let key = keys::tag(volume.id, name);
+        if self.index().get_meta(&key)?.is_none() {
+            return Err(Error::not_found(format!("{} has no version named {name}", volume.name)));
+        }
+        let mut b = WriteBatch::default();
+        b.delete_cf(self.index().cf(CF_META), key);
+        self.index().write(b, true)
+    }
+
+    /// Deletes a version record (and its tags). Data it alone referenced is
+    /// reclaimed by the next GC; a head based on it keeps its root.
+    pub fn delete_version(&self, version: &VersionRecord) -> Result<()> {
+        let volume = self.volume(version.volume_name.as_str())?;
+        let mut b = WriteBatch::default();
+        let meta = self.index().cf(CF_META);
+        b.delete_cf(meta, keys::version(&version.id));
+        b.delete_cf(meta, keys::log(volume.id, version.seq));
+        for (name, id) in self.tags(&volume)? {
+            if id == version.id {
+                b.delete_cf(meta, keys::tag(volume.id, &name));
+            }
+        }
+        self.index().write(b, true)?;
+        self.chunks().backend().delete(&paths::version(&version.id))
+    }
+
+    /// Opens a volume and returns its shared head (a convenience for front-ends).
+    pub fn head(&self, volume: &str) -> Result<Arc<Head>> {
+        self.open_volume(volume)
+    }
+}
+
+fn check_tag(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('~')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !ok {
+        return Err(Error::invalid(format!(
+            "invalid version name {name:?}: use 1-128 characters of A-Z a-z 0-9 . _ -"
+        )));
+    }
+    Ok(())
+}

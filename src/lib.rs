@@ -1,0 +1,36 @@
+//! forkfs core: one copy-on-write, content-addressed chunk store and one
+//! version graph, under a FUSE workspace and an NBD server.
+//!
+//! Layers, each using only those below it (see docs/ARCHITECTURE.md):
+//! - [`store`], [`graph`], [`diff`]: volumes, versions, snapshot/fork/restore/diff
+//! - [`volume`]: heads (base root + overlay), the block and inode APIs
+//! - [`map`]: the persistent Merkle map
+//! - [`chunk`], [`pack`], [`index`]: content-addressed chunks in packs, indexed in RocksDB
+//! - [`backend`]: object stores through `object_store`
+//!
+//! This crate knows nothing of FUSE or NBD.
+
+pub mod backend;
+pub mod check;
+pub mod chunk;
+pub mod diff;
+pub mod error;
+pub mod graph;
+pub mod id;
+pub mod index;
+pub mod map;
+pub mod overlay;
+pub mod pack;
+pub mod paths;
+pub mod stats;
+pub mod store;
+pub mod version;
+pub mod volume;
+
+pub use diff::{BlockRange, Diff, PathChange, PathDiff};
+pub use error::{Error, ErrorKind, Result};
+pub use graph::{SnapshotOptions, Target};
+pub use id::{ChunkId, PackId, VersionId, VolumeId, VolumeName};
+pub use store::{Store, StoreConfig};
+pub use version::{Origin, VersionRecord, VolumeKind, VolumeRecord};
+pub use volume::Head;

@@ -1,0 +1,7 @@
+//! The `forkfs` command.
+
+mod cli;
+
+fn main() {
+    std::process::exit(cli::run());
+}

@@ -1,0 +1,49 @@
+//! The object key layout: the one place that knows where things live in the
+//! object store. See docs/FORMAT.md.
+
+use crate::id::{PackId, VersionId, VolumeId};
+use object_store::path::Path;
+
+/// Prefix under which every pack object lives.
+pub const PACKS: &str = "packs";
+/// Prefix under which every version record lives.
+pub const VERSIONS: &str = "versions";
+/// Prefix under which every volume record lives.
+pub const VOLUMES: &str = "volumes";
+/// Prefix under which head pointers live.
+pub const HEADS: &str = "heads";
+
+pub fn pack(id: &PackId) -> Path {
+    Path::from(format!("{PACKS}/{id}.pack"))
+}
+
+/// Parses a pack key back into its id; `None` for anything else under `packs/`.
+pub fn parse_pack(key: &Path) -> Option<PackId> {
+    let name = key.as_ref().strip_prefix("packs/")?.strip_suffix(".pack")?;
+    PackId::parse(name)
+}
+
+pub fn version(id: &VersionId) -> Path {
+    Path::from(format!("{VERSIONS}/{id}.json"))
+}
+
+pub fn volume(id: VolumeId) -> Path {
+    Path::from(format!("{VOLUMES}/{:016x}.json", id.0))
+}
+
+pub fn head(id: VolumeId) -> Path {
+    Path::from(format!("{HEADS}/{:016x}.json", id.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_keys_round_trip() {
+        let id = PackId([0xab; 16]);
+        assert_eq!(parse_pack(&pack(&id)), Some(id));
+        assert_eq!(parse_pack(&Path::from("packs/x.pack")), None);
+        assert_eq!(parse_pack(&Path::from("versions/x.json")), None);
+    }
+}

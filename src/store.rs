@@ -1,0 +1,294 @@
+//! A store: its directory, configuration, index, chunk store and backend,
+//! and the volumes in it. Version-graph operations live in `graph.rs`.
+//!
+//! Directory layout: `forkfs.json` (configuration), `index/` (RocksDB),
+//! `objects/` (the embedded object store, when no remote is configured).
+
+use crate::backend::Backend;
+use crate::chunk::{ChunkConfig, ChunkStore};
+use crate::error::{Error, Result};
+use crate::id::{VolumeId, VolumeName};
+use crate::index::Index;
+use crate::paths;
+use crate::version::{HeadRecord, RECORD_FORMAT, VolumeKind, VolumeRecord, keys, now_ms};
+use crate::volume::Head;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rocksdb::WriteBatch;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+pub const CONFIG_FILE: &str = "forkfs.json";
+pub const DEFAULT_BLOCK_SIZE: u32 = 64 << 10;
+/// The capacity reported for fs volumes created without a size.
+pub const DEFAULT_FS_SIZE: u64 = 1 << 40;
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct StoreConfig {
+    pub format: u8,
+    pub pack_target: usize,
+    pub zstd_level: i32,
+    pub cache_bytes: u64,
+    pub default_block_size: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        let c = ChunkConfig::default();
+        StoreConfig {
+            format: RECORD_FORMAT,
+            pack_target: c.pack_target,
+            zstd_level: c.zstd_level,
+            cache_bytes: c.cache_bytes,
+            default_block_size: DEFAULT_BLOCK_SIZE,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub config: StoreConfig,
+    pub index: Arc<Index>,
+    pub chunks: Arc<ChunkStore>,
+    /// Serializes changes to volume records and counters.
+    pub meta_lock: Mutex<()>,
+    pub heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
+}
+
+/// An open store; cheap to clone, safe to share between threads.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Store {
+    /// Creates a new store in `dir` (which may exist but must not hold a store).
+    pub fn init(dir: &Path, config: StoreConfig) -> Result<Store> {
+        let cfg_path = dir.join(CONFIG_FILE);
+        if cfg_path.exists() {
+            return Err(Error::conflict(format!("a store already exists at {}", dir.display())));
+        }
+        if config.pack_target < 4096 || config.default_block_size < 4096 {
+            return Err(Error::invalid("pack target and block size must be at least 4 KiB"));
+        }
+        if !config.default_block_size.is_power_of_two() {
+            return Err(Error::invalid("block size must be a power of two"));
+        }
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!("{CONFIG_FILE}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&config)?)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &cfg_path)?;
+        Store::open(dir)
+    }
+
+    /// Opens an existing store, taking its exclusive lock.
+    pub fn open(dir: &Path) -> Result<Store> {
+        let cfg_path = dir.join(CONFIG_FILE);
+        let raw = std::fs::read(&cfg_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::not_found(format!(
+                "no forkfs store at {} (create one with `forkfs init`)",
+                dir.display()
+            )),
+            _ => e.into(),
+        })?;
+        let config: StoreConfig = serde_json::from_slice(&raw)
+            .map_err(|e| Error::corrupt(format!("{}: {e}", cfg_path.display())))?;
+        if config.format != RECORD_FORMAT {
+            return Err(Error::corrupt(format!("store format {} is not supported", config.format)));
+        }
+        let index = Arc::new(Index::open(&dir.join("index"))?);
+        let backend = Arc::new(Backend::local(dir.join("objects"))?);
+        let chunk_config = ChunkConfig {
+            pack_target: config.pack_target,
+            zstd_level: config.zstd_level,
+            cache_bytes: config.cache_bytes,
+        };
+        let chunks = Arc::new(ChunkStore::new(backend, index.clone(), chunk_config));
+        Ok(Store {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                config,
+                index,
+                chunks,
+                meta_lock: Mutex::new(()),
+                heads: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    pub fn chunks(&self) -> &Arc<ChunkStore> {
+        &self.inner.chunks
+    }
+
+    pub(crate) fn index(&self) -> &Index {
+        &self.inner.index
+    }
+
+    pub(crate) fn get_json<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        match self.index().get_meta(key)? {
+            Some(v) => Ok(Some(serde_json::from_slice(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn put_json<T: Serialize>(&self, b: &mut WriteBatch, key: &str, v: &T) -> Result<()> {
+        b.put_cf(self.index().cf(crate::index::CF_META), key.as_bytes(), serde_json::to_vec(v)?);
+        Ok(())
+    }
+
+    pub fn volume(&self, name: &str) -> Result<VolumeRecord> {
+        self.get_json(&keys::volume(name))?
+            .ok_or_else(|| Error::not_found(format!("no volume named {name:?}")))
+    }
+
+    pub fn volumes(&self) -> Result<Vec<VolumeRecord>> {
+        self.index()
+            .scan_meta("vol/")?
+            .into_iter()
+            .map(|(_, v)| Ok(serde_json::from_slice(&v)?))
+            .collect()
+    }
+
+    pub(crate) fn head_record(&self, vol: VolumeId) -> Result<HeadRecord> {
+        self.get_json(&keys::head(vol))?
+            .ok_or_else(|| Error::corrupt(format!("volume {} has no head record", vol.0)))
+    }
+
+    /// Creates an empty volume. `size` is required for block volumes.
+    pub fn create_volume(
+        &self,
+        name: &str,
+        kind: VolumeKind,
+        size: Option<u64>,
+        block_size: Option<u32>,
+    ) -> Result<VolumeRecord> {
+        let name = VolumeName::new(name)?;
+        let block_size = block_size.unwrap_or(self.config().default_block_size);
+        if !block_size.is_power_of_two() || !(4096..=(1 << 24)).contains(&block_size) {
+            return Err(Error::invalid("block size must be a power of two from 4 KiB to 16 MiB"));
+        }
+        let size = match (kind, size) {
+            (VolumeKind::Block, None) => {
+                return Err(Error::invalid("a block volume needs a size (e.g. --size 64G)"));
+            }
+            (VolumeKind::Block, Some(s)) if s == 0 || s % block_size as u64 != 0 => {
+                return Err(Error::invalid(format!(
+                    "size {s} is not a positive multiple of the block size {block_size}"
+                )));
+            }
+            (_, Some(s)) => s,
+            (VolumeKind::Fs, None) => DEFAULT_FS_SIZE,
+        };
+        let root = match kind {
+            VolumeKind::Fs => crate::volume::fs::initial_root(self.chunks().as_ref())?,
+            VolumeKind::Block => None,
+        };
+        self.insert_volume(name, kind, size, block_size, None, HeadRecord { base: None, root, next_seq: 0 })
+    }
+
+    /// Writes a new volume record and head in one batch.
+    pub(crate) fn insert_volume(
+        &self,
+        name: VolumeName,
+        kind: VolumeKind,
+        size: u64,
+        block_size: u32,
+        forked_from: Option<crate::id::VersionId>,
+        head: HeadRecord,
+    ) -> Result<VolumeRecord> {
+        let _g = self.inner.meta_lock.lock();
+        if self.index().get_meta(&keys::volume(name.as_str()))?.is_some() {
+            return Err(Error::conflict(format!("a volume named {name} already exists")));
+        }
+        let next: u64 = self.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
+        let rec = VolumeRecord {
+            format: RECORD_FORMAT,
+            id: VolumeId(next),
+            name,
+            kind,
+            size,
+            block_size,
+            created_at_ms: now_ms(),
+            forked_from,
+        };
+        // Nodes of a new root must be durable before anything names them.
+        self.chunks().flush()?;
+        let obj = Bytes::from(serde_json::to_vec_pretty(&rec)?);
+        self.chunks().backend().put(&paths::volume(rec.id), obj)?;
+        let mut b = WriteBatch::default();
+        self.put_json(&mut b, keys::NEXT_VOLUME_ID, &(next + 1))?;
+        self.put_json(&mut b, &keys::volume(rec.name.as_str()), &rec)?;
+        self.put_json(&mut b, &keys::head(rec.id), &head)?;
+        self.index().write(b, true)?;
+        Ok(rec)
+    }
+
+    /// Opens a volume's head for reading and writing. All callers in this
+    /// process share one head per volume.
+    pub fn open_volume(&self, name: &str) -> Result<Arc<Head>> {
+        let rec = self.volume(name)?;
+        let mut heads = self.inner.heads.lock();
+        if let Some(h) = heads.get(&rec.id).and_then(Weak::upgrade) {
+            return Ok(h);
+        }
+        let state = self.head_record(rec.id)?;
+        let head = Arc::new(Head::new(self.clone(), rec.clone(), state));
+        heads.insert(rec.id, Arc::downgrade(&head));
+        Ok(head)
+    }
+
+    /// Deletes a volume with its head, overlay, tags and versions. Space is
+    /// reclaimed by the next GC.
+    pub fn delete_volume(&self, name: &str) -> Result<()> {
+        let rec = self.volume(name)?;
+        let head = self.open_volume(name)?;
+        let _gate = head.gate.write();
+        let _g = self.inner.meta_lock.lock();
+        let versions = self.log(&rec)?;
+        let mut b = WriteBatch::default();
+        let meta = self.index().cf(crate::index::CF_META);
+        b.delete_cf(meta, keys::volume(name));
+        b.delete_cf(meta, keys::head(rec.id));
+        for prefix in [keys::log_prefix(rec.id), keys::tag_prefix(rec.id)] {
+            for (k, _) in self.index().scan_meta(&prefix)? {
+                b.delete_cf(meta, k);
+            }
+        }
+        for v in &versions {
+            b.delete_cf(meta, keys::version(&v.id));
+        }
+        crate::overlay::Overlay::new(self.index(), rec.id).clear(&mut b);
+        self.index().write(b, true)?;
+        let backend = self.chunks().backend();
+        for v in &versions {
+            backend.delete(&paths::version(&v.id))?;
+        }
+        backend.delete(&paths::head(rec.id))?;
+        backend.delete(&paths::volume(rec.id))?;
+        head.mark_deleted();
+        Ok(())
+    }
+
+    /// Durably syncs every write acknowledged so far (the overlay's WAL).
+    pub fn sync(&self) -> Result<()> {
+        self.index().sync()
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.inner.dir.display())
+    }
+}
+

@@ -1,0 +1,237 @@
+//! Volume heads: a base root plus the overlay of everything written since,
+//! and the fold that turns them into a new root at a checkpoint.
+//!
+//! Reads look in the overlay, then in the base tree. Writers share the
+//! `gate`; a checkpoint takes it exclusively, so a version contains exactly
+//! the writes acknowledged before it.
+
+pub mod block;
+mod blockmap;
+pub mod fs;
+pub mod inode;
+
+use crate::error::{Error, Result};
+use crate::id::ChunkId;
+use crate::map::{Map, MapRoot, Update};
+use crate::overlay::{Dirty, Overlay, Space};
+use crate::store::Store;
+use crate::version::{HeadRecord, VolumeKind, VolumeRecord};
+use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use blockmap::BlockMap;
+
+const STRIPES: usize = 64;
+
+/// An open volume head, shared by everything in this process that uses the volume.
+pub struct Head {
+    pub(crate) store: Store,
+    record: VolumeRecord,
+    state: RwLock<HeadRecord>,
+    /// Shared by writers, exclusive for checkpoints and restores.
+    pub(crate) gate: RwLock<()>,
+    /// Serialize read-modify-write of the same block.
+    stripes: Vec<Mutex<()>>,
+    /// Serializes namespace and inode-record changes of an fs volume.
+    pub(crate) ns: Mutex<()>,
+    deleted: AtomicBool,
+}
+
+/// What a reader sees: a live head (overlay over base) or a frozen
+/// version (its root alone).
+#[derive(Clone, Copy)]
+pub enum View<'a> {
+    Live(&'a Head),
+    Frozen(&'a Store),
+}
+
+impl<'a> View<'a> {
+    pub fn store(&self) -> &'a Store {
+        match self {
+            View::Live(h) => &h.store,
+            View::Frozen(s) => s,
+        }
+    }
+
+    /// The head to write to; versions are read-only.
+    pub fn head(&self) -> Result<&'a Head> {
+        match self {
+            View::Live(h) => Ok(h),
+            View::Frozen(_) => Err(Error::read_only("versions are read-only")),
+        }
+    }
+
+    pub fn lookup(&self, space: Space, owner: u64, key: u64, base: MapRoot) -> Result<Option<Found>> {
+        match self {
+            View::Live(h) => h.lookup(space, owner, key, base),
+            View::Frozen(s) => Ok(Map::new(s.chunks().as_ref()).get(base, key)?.map(Found::Value)),
+        }
+    }
+}
+
+/// A value found in the layered (overlay over base) view of a map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    Value(Bytes),
+    /// Dirty data not yet stored as a chunk.
+    Data(Bytes),
+}
+
+impl Head {
+    pub(crate) fn new(store: Store, record: VolumeRecord, state: HeadRecord) -> Head {
+        Head {
+            store,
+            record,
+            state: RwLock::new(state),
+            gate: RwLock::new(()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            ns: Mutex::new(()),
+            deleted: AtomicBool::new(false),
+        }
+    }
+
+    pub fn record(&self) -> &VolumeRecord {
+        &self.record
+    }
+
+    pub fn kind(&self) -> VolumeKind {
+        self.record.kind
+    }
+
+    pub fn state(&self) -> HeadRecord {
+        self.state.read().clone()
+    }
+
+    pub(crate) fn set_state(&self, s: HeadRecord) {
+        *self.state.write() = s;
+    }
+
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(Error::not_found(format!("volume {} was deleted", self.record.name)));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn overlay(&self) -> Overlay<'_> {
+        Overlay::new(self.store.index(), self.record.id)
+    }
+
+    pub(crate) fn map(&self) -> Map<'_, crate::chunk::ChunkStore> {
+        Map::new(self.store.chunks().as_ref())
+    }
+
+    /// Locks the stripes of blocks `first..=last` of map `owner`, in a fixed
+    /// order, so overlapping read-modify-writes never interleave.
+    pub(crate) fn lock_block_range(&self, owner: u64, first: u64, last: u64) -> Vec<MutexGuard<'_, ()>> {
+        let stripe = |k: u64| ((k ^ owner.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
+        let mut idx: Vec<usize> = if last - first >= STRIPES as u64 {
+            (0..STRIPES).collect()
+        } else {
+            (first..=last).map(stripe).collect()
+        };
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Looks a key up in the overlay, then in `base`.
+    pub(crate) fn lookup(&self, space: Space, owner: u64, key: u64, base: MapRoot) -> Result<Option<Found>> {
+        match self.overlay().get(space, owner, key)? {
+            Some(Dirty::Delete) => Ok(None),
+            Some(Dirty::Value(v)) => Ok(Some(Found::Value(v))),
+            Some(Dirty::Data(d)) => Ok(Some(Found::Data(d))),
+            None => Ok(self.map().get(base, key)?.map(Found::Value)),
+        }
+    }
+
+    /// True when nothing was written since the last checkpoint.
+    pub fn is_clean(&self) -> Result<bool> {
+        self.overlay().is_empty()
+    }
+
+    /// Folds the overlay into a new root. Must be called with the gate held
+    /// exclusively; the caller commits the root and clears the overlay in
+    /// one batch. Cost: O(dirty entries).
+    pub(crate) fn fold(&self) -> Result<MapRoot> {
+        let base = self.state.read().root;
+        match self.record.kind {
+            VolumeKind::Block => {
+                let mut ups = Vec::new();
+                self.overlay().for_each(&mut |e| {
+                    if e.space != Space::Root || e.owner != 0 {
+                        return Err(Error::corrupt("block volume overlay holds a non-block entry"));
+                    }
+                    ups.push((e.key, self.resolve(e.dirty)?));
+                    Ok(())
+                })?;
+                self.map().apply(base, &ups)
+            }
+            VolumeKind::Fs => self.fold_fs(base),
+        }
+    }
+
+    /// Turns a dirty entry into a map update, storing data as a chunk.
+    /// All-zero data becomes a delete: absent blocks read as zeros.
+    fn resolve(&self, d: Dirty) -> Result<Option<Bytes>> {
+        Ok(match d {
+            Dirty::Delete => None,
+            Dirty::Value(v) => Some(v),
+            Dirty::Data(data) if is_zero(&data) => None,
+            Dirty::Data(data) => {
+                let id = self.store.chunks().put(&data)?;
+                Some(Bytes::copy_from_slice(&id.0))
+            }
+        })
+    }
+
+    fn fold_fs(&self, base: MapRoot) -> Result<MapRoot> {
+        // Sub-maps (directories, file blocks) first, then the inode records
+        // that point at their new roots.
+        let mut inode_ups: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
+        let mut groups: BTreeMap<(Space, u64), Vec<Update>> = BTreeMap::new();
+        self.overlay().for_each(&mut |e| {
+            match e.space {
+                Space::Root => {
+                    inode_ups.insert(e.key, self.resolve(e.dirty)?);
+                }
+                s => groups.entry((s, e.owner)).or_default().push((e.key, self.resolve(e.dirty)?)),
+            }
+            Ok(())
+        })?;
+        for ((space, ino), ups) in groups {
+            let current = match inode_ups.get(&ino) {
+                Some(Some(v)) => v.clone(),
+                Some(None) => continue, // the inode is gone; so is its content
+                None => match self.map().get(base, ino)? {
+                    Some(v) => v,
+                    None => continue,
+                },
+            };
+            let mut inode = inode::Inode::decode(&current)?;
+            let sub = inode.content_root(space)?;
+            let new_sub = self.map().apply(sub, &ups)?;
+            inode.set_content_root(space, new_sub)?;
+            inode_ups.insert(ino, Some(Bytes::from(inode.encode())));
+        }
+        let ups: Vec<Update> = inode_ups.into_iter().collect();
+        self.map().apply(base, &ups)
+    }
+}
+
+/// True when every byte is zero (such blocks are stored as holes).
+pub fn is_zero(b: &[u8]) -> bool {
+    let mut words = b.chunks_exact(16);
+    (&mut words).all(|c| u128::from_ne_bytes(c.try_into().expect("16 bytes")) == 0)
+        && words.remainder().iter().all(|x| *x == 0)
+}
+
+pub(crate) fn chunk_id_of_value(v: &[u8]) -> Result<ChunkId> {
+    ChunkId::from_slice(v)
+}

@@ -1,0 +1,48 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn forkfs_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_forkfs"))
+}
+
+/// Runs `forkfs --store STORE ARGS...`.
+pub fn forkfs(store: &Path, args: &[&str]) -> Output {
+    Command::new(forkfs_bin())
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .expect("forkfs binary runs")
+}
+
+/// Runs forkfs and asserts success, returning stdout.
+pub fn ok(store: &Path, args: &[&str]) -> String {
+    let out = forkfs(store, args);
+    assert!(
+        out.status.success(),
+        "forkfs {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Runs forkfs and asserts a one-line error with a non-zero exit.
+pub fn fails(store: &Path, args: &[&str]) -> (i32, String) {
+    let out = forkfs(store, args);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "forkfs {args:?} unexpectedly succeeded");
+    assert!(err.starts_with("forkfs: "), "error is not a forkfs message: {err:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "error is not one line: {err:?}");
+    assert!(!err.contains("panicked"), "forkfs panicked: {err}");
+    (out.status.code().unwrap_or(-1), err)
+}
+
+pub fn json(store: &Path, args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["--json"];
+    a.extend_from_slice(args);
+    serde_json::from_str(&ok(store, &a)).expect("valid JSON")
+}

@@ -1,0 +1,90 @@
+//! The inode-level API of fs volumes, and path diffs between their states.
+
+use forkfs::volume::fs::SetAttr;
+use forkfs::volume::inode::{FileKind, ROOT_INO};
+use forkfs::{Diff, PathChange, SnapshotOptions, Store, StoreConfig, Target, VolumeKind};
+
+fn setup() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s"), StoreConfig::default()).unwrap();
+    store.create_volume("ws", VolumeKind::Fs, None, None).unwrap();
+    (dir, store)
+}
+
+fn paths(d: Diff) -> Vec<(PathChange, String)> {
+    let Diff::Fs { paths } = d else { panic!("not an fs diff") };
+    paths.into_iter().map(|p| (p.change, p.path)).collect()
+}
+
+#[test]
+fn files_grow_from_inline_to_blocks_and_truncate() {
+    let (_d, store) = setup();
+    let h = store.open_volume("ws").unwrap();
+    let f = h.create(ROOT_INO, b"f", FileKind::File, 0o644, (0, 0), None).unwrap();
+    let mut model = Vec::new();
+    let writes: [(u64, usize); 6] = [(0, 100), (50, 3000), (70_000, 10), (200_000, 140_000), (5, 1), (0, 0)];
+    for (i, (off, len)) in writes.iter().enumerate() {
+        let data: Vec<u8> = (0..*len).map(|j| (i * 31 + j) as u8).collect();
+        h.write_file(f.ino, *off, &data).unwrap();
+        let end = *off as usize + len;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[*off as usize..end].copy_from_slice(&data);
+    }
+    let read_all = |store: &Store| {
+        let h = store.open_volume("ws").unwrap();
+        let r = h.fs();
+        let i = r.inode(f.ino).unwrap();
+        let mut buf = vec![0u8; i.size as usize + 10];
+        let n = r.read(&i, 0, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    assert_eq!(read_all(&store), model);
+    let v1 = store.snapshot("ws", &SnapshotOptions::default()).unwrap();
+    assert_eq!(read_all(&store), model);
+    h.set_attr(f.ino, &SetAttr { size: Some(70_003), ..Default::default() }).unwrap();
+    model.truncate(70_003);
+    h.set_attr(f.ino, &SetAttr { size: Some(90_000), ..Default::default() }).unwrap();
+    model.resize(90_000, 0);
+    assert_eq!(read_all(&store), model);
+    store.snapshot("ws", &SnapshotOptions::default()).unwrap();
+    assert_eq!(read_all(&store), model);
+    let d = paths(store.diff(&Target::Version(v1), &store.resolve("ws@~0").unwrap()).unwrap());
+    assert_eq!(d, vec![(PathChange::Modified, "/f".to_string())]);
+}
+
+#[test]
+fn path_diffs_see_adds_deletes_renames_and_the_dirty_head() {
+    let (_d, store) = setup();
+    let h = store.open_volume("ws").unwrap();
+    let dir = h.create(ROOT_INO, b"dir", FileKind::Dir, 0o755, (0, 0), None).unwrap();
+    let a = h.create(dir.ino, b"a", FileKind::File, 0o644, (0, 0), None).unwrap();
+    h.write_file(a.ino, 0, b"aaa").unwrap();
+    h.create(ROOT_INO, b"gone", FileKind::File, 0o644, (0, 0), None).unwrap();
+    let base = store.snapshot("ws", &SnapshotOptions::default()).unwrap();
+
+    h.create(ROOT_INO, b"new", FileKind::Symlink, 0o777, (0, 0), Some(b"dir/a")).unwrap();
+    h.unlink(ROOT_INO, b"gone").unwrap();
+    h.write_file(a.ino, 100_000, b"grown into blocks").unwrap();
+    // Against the live head, before any snapshot.
+    let live = paths(store.diff(&Target::Version(base.clone()), &store.resolve("ws").unwrap()).unwrap());
+    assert_eq!(
+        live,
+        vec![
+            (PathChange::Modified, "/dir/a".to_string()),
+            (PathChange::Deleted, "/gone".to_string()),
+            (PathChange::Added, "/new".to_string()),
+        ]
+    );
+    let after = store.snapshot("ws", &SnapshotOptions::default()).unwrap();
+    let committed = paths(store.diff(&Target::Version(base.clone()), &Target::Version(after.clone())).unwrap());
+    assert_eq!(committed, live, "the snapshot holds exactly what the head showed");
+    // rmdir of a non-empty directory is refused and changes nothing.
+    assert!(h.rmdir(ROOT_INO, b"dir").is_err());
+    assert!(h.is_clean().unwrap());
+    let back = paths(store.diff(&Target::Version(after), &Target::Version(base)).unwrap());
+    assert_eq!(back.len(), 3);
+    assert!(back.contains(&(PathChange::Added, "/gone".to_string())));
+}

@@ -1,0 +1,130 @@
+//! Model-based property test of the version graph: random sequences of
+//! writes, snapshots, forks, restores, tags and deletions against a model of
+//! plain byte vectors.
+
+use forkfs::{SnapshotOptions, Store, StoreConfig, Target, VersionId, VolumeKind};
+use proptest::prelude::*;
+
+const SIZE: usize = 256 << 10;
+const BS: u32 = 4096;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { vol: usize, off: usize, len: usize, byte: u8 },
+    Zero { vol: usize, off: usize, len: usize },
+    Snapshot { vol: usize, named: bool },
+    Fork { vol: usize, version: usize },
+    Restore { vol: usize, version: usize },
+    DeleteVersion { version: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..4usize, 0..SIZE, 1..20_000usize, any::<u8>()).prop_map(|(vol, off, len, byte)| Op::Write { vol, off, len, byte }),
+        1 => (0..4usize, 0..SIZE, 1..40_000usize).prop_map(|(vol, off, len)| Op::Zero { vol, off, len }),
+        3 => (0..4usize, any::<bool>()).prop_map(|(vol, named)| Op::Snapshot { vol, named }),
+        1 => (0..4usize, 0..64usize).prop_map(|(vol, version)| Op::Fork { vol, version }),
+        1 => (0..4usize, 0..64usize).prop_map(|(vol, version)| Op::Restore { vol, version }),
+        1 => (0..64usize).prop_map(|version| Op::DeleteVersion { version }),
+    ]
+}
+
+struct Model {
+    heads: Vec<(String, Vec<u8>)>,
+    versions: Vec<(VersionId, String, Vec<u8>)>,
+}
+
+fn read_all(store: &Store, t: &Target) -> Vec<u8> {
+    let mut buf = vec![0u8; SIZE];
+    match t {
+        Target::Head(v) => store.open_volume(v.name.as_str()).unwrap().read_at(0, &mut buf).unwrap(),
+        Target::Version(v) => forkfs::volume::block::read_version(store, v, 0, &mut buf).unwrap(),
+    }
+    buf
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn version_graph_matches_model(ops in prop::collection::vec(op(), 1..50)) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = StoreConfig { pack_target: 64 << 10, default_block_size: BS, ..StoreConfig::default() };
+        let store = Store::init(dir.path(), cfg).unwrap();
+        store.create_volume("v0", VolumeKind::Block, Some(SIZE as u64), None).unwrap();
+        let mut m = Model { heads: vec![("v0".into(), vec![0u8; SIZE])], versions: Vec::new() };
+        let mut names = 0;
+        for op in ops {
+            match op {
+                Op::Write { vol, off, len, byte } => {
+                    let n = m.heads.len();
+                    let (name, data) = &mut m.heads[vol % n];
+                    let len = len.min(SIZE - off);
+                    let buf: Vec<u8> = (0..len).map(|i| byte ^ (i as u8)).collect();
+                    store.open_volume(name).unwrap().write_at(off as u64, &buf).unwrap();
+                    data[off..off + len].copy_from_slice(&buf);
+                }
+                Op::Zero { vol, off, len } => {
+                    let n = m.heads.len();
+                    let (name, data) = &mut m.heads[vol % n];
+                    let len = len.min(SIZE - off);
+                    store.open_volume(name).unwrap().write_zeroes(off as u64, len as u64).unwrap();
+                    data[off..off + len].fill(0);
+                }
+                Op::Snapshot { vol, named } => {
+                    let (name, data) = &m.heads[vol % m.heads.len()];
+                    names += 1;
+                    let opts = SnapshotOptions { name: named.then(|| format!("n{names}")), ..Default::default() };
+                    let v = store.snapshot(name, &opts).unwrap();
+                    m.versions.push((v.id, name.clone(), data.clone()));
+                }
+                Op::Fork { vol: _, version } if !m.versions.is_empty() => {
+                    let (id, vol, data) = m.versions[version % m.versions.len()].clone();
+                    let rec = store.version(&id).unwrap();
+                    let new = format!("v{}", m.heads.len());
+                    prop_assert_eq!(rec.volume_name.as_str(), vol.as_str());
+                    store.fork(&rec, &new).unwrap();
+                    m.heads.push((new, data));
+                }
+                Op::Restore { vol, version } if !m.versions.is_empty() => {
+                    let (id, _, data) = m.versions[version % m.versions.len()].clone();
+                    let idx = vol % m.heads.len();
+                    let name = m.heads[idx].0.clone();
+                    let pre = store.restore(&name, &store.version(&id).unwrap()).unwrap();
+                    // Restore is undoable: the old head became a version.
+                    m.versions.push((pre.id, name.clone(), m.heads[idx].1.clone()));
+                    m.heads[idx].1 = data;
+                }
+                Op::DeleteVersion { version } if !m.versions.is_empty() => {
+                    let (id, _, _) = m.versions.remove(version % m.versions.len());
+                    store.delete_version(&store.version(&id).unwrap()).unwrap();
+                    prop_assert!(store.version(&id).is_err());
+                }
+                _ => {}
+            }
+        }
+        for (name, data) in &m.heads {
+            let t = store.resolve(name).unwrap();
+            prop_assert!(read_all(&store, &t) == *data, "head of {} differs", name);
+        }
+        for (id, vol, data) in &m.versions {
+            let t = store.resolve(&format!("{vol}@{id}")).unwrap();
+            prop_assert!(read_all(&store, &t) == *data, "version {} differs", id);
+        }
+        // Every version of the log is one the model knows, in order.
+        for (name, _) in &m.heads {
+            let log = store.log(&store.volume(name).unwrap()).unwrap();
+            let ids: Vec<VersionId> = m.versions.iter().filter(|v| &v.1 == name).map(|v| v.0).collect();
+            prop_assert_eq!(log.iter().map(|v| v.id).collect::<Vec<_>>(), ids);
+        }
+        let report = store.check().unwrap();
+        prop_assert!(report.ok(), "check found problems: {:?}", report.problems);
+        // Everything survives a reopen.
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        for (id, vol, data) in &m.versions {
+            let t = store.resolve(&format!("{vol}@{id}")).unwrap();
+            prop_assert!(read_all(&store, &t) == *data);
+        }
+    }
+}

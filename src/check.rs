@@ -118,13 +118,18 @@ impl Checker<'_> {
         let chunks = self.store.chunks().clone();
         let map = Map::new(chunks.as_ref());
         let mut err = None;
-        map.range(Some(id), 0, u64::MAX, &mut |_, v| match crate::volume::inode::decode_entries(v) {
-            Ok(_) => true,
-            Err(e) => {
-                err = Some(e);
-                false
-            }
-        })?;
+        map.range(
+            Some(id),
+            0,
+            u64::MAX,
+            &mut |_, v| match crate::volume::inode::decode_entries(v) {
+                Ok(_) => true,
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            },
+        )?;
         err.map_or(Ok(()), Err)
     }
 }

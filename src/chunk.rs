@@ -87,7 +87,8 @@ impl ChunkStore {
             self.stats.chunks_deduped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let plain_len = u32::try_from(data.len()).map_err(|_| Error::invalid("chunk over 4 GiB"))?;
+        let plain_len =
+            u32::try_from(data.len()).map_err(|_| Error::invalid("chunk over 4 GiB"))?;
         let (codec, stored) = pack::compress(data, self.config.zstd_level);
         let mut open = self.open.lock();
         if open.contains(&id) {

@@ -120,7 +120,13 @@ impl Store {
         }
     }
 
-    fn diff_blocks(&self, a: &Side, b: &Side, bs: u32, keys: &BTreeSet<(Space, u64)>) -> Result<Diff> {
+    fn diff_blocks(
+        &self,
+        a: &Side,
+        b: &Side,
+        bs: u32,
+        keys: &BTreeSet<(Space, u64)>,
+    ) -> Result<Diff> {
         let content = |s: &Side, k: u64| -> Result<Option<ChunkId>> {
             Ok(match s.view(self).lookup(Space::Root, 0, k, s.root())? {
                 None => None,
@@ -180,8 +186,12 @@ impl Store {
                 (Some(o), Some(n)) => {
                     let (po, pn) = (ra.path_of(&o)?, rb.path_of(&n)?);
                     let changed = o.kind != FileKind::Dir
-                        && (content_differs(&o, &n) || dirty_data.contains(&ino) || o.perm != n.perm
-                            || o.uid != n.uid || o.gid != n.gid || o.mtime != n.mtime);
+                        && (content_differs(&o, &n)
+                            || dirty_data.contains(&ino)
+                            || o.perm != n.perm
+                            || o.uid != n.uid
+                            || o.gid != n.gid
+                            || o.mtime != n.mtime);
                     let change = if po != pn {
                         PathChange::Renamed
                     } else if changed {
@@ -218,7 +228,8 @@ impl Store {
 fn content_differs(o: &Inode, n: &Inode) -> bool {
     o.size != n.size
         || match (&o.content, &n.content) {
-            (Content::Blocks(x), Content::Blocks(y)) | (Content::Entries(x), Content::Entries(y)) => x != y,
+            (Content::Blocks(x), Content::Blocks(y))
+            | (Content::Entries(x), Content::Entries(y)) => x != y,
             (x, y) => x != y,
         }
 }
@@ -234,4 +245,3 @@ fn kind_name(k: FileKind) -> &'static str {
         FileKind::BlockDev => "blockdev",
     }
 }
-

@@ -105,9 +105,8 @@ impl From<object_store::Error> for Error {
     fn from(e: object_store::Error) -> Self {
         let kind = match &e {
             object_store::Error::NotFound { .. } => ErrorKind::NotFound,
-            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
-                ErrorKind::Conflict
-            }
+            object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. } => ErrorKind::Conflict,
             _ => ErrorKind::Unavailable,
         };
         Error::with_source(kind, format!("object store: {e}"), e)

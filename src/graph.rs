@@ -13,7 +13,9 @@ use crate::id::{VersionId, VolumeName};
 use crate::index::CF_META;
 use crate::paths;
 use crate::store::Store;
-use crate::version::{HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeRecord, keys, now_ms};
+use crate::version::{
+    HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeRecord, keys, now_ms,
+};
 use crate::volume::Head;
 use bytes::Bytes;
 use rocksdb::WriteBatch;
@@ -56,21 +58,29 @@ impl Store {
     }
 
     /// The snapshot itself; the caller holds the head's gate exclusively.
-    pub(crate) fn snapshot_locked(&self, head: &Head, opts: &SnapshotOptions) -> Result<VersionRecord> {
+    pub(crate) fn snapshot_locked(
+        &self,
+        head: &Head,
+        opts: &SnapshotOptions,
+    ) -> Result<VersionRecord> {
         if let Some(n) = &opts.name {
             check_tag(n)?;
             if self.index().get_meta(&keys::tag(head.record().id, n))?.is_some() {
-                return Err(Error::conflict(format!("volume {} already has a version named {n}", head.record().name)));
+                return Err(Error::conflict(format!(
+                    "volume {} already has a version named {n}",
+                    head.record().name
+                )));
             }
         }
         let state = head.state();
         let clean = head.is_clean()?;
-        if clean && opts.skip_if_clean && opts.name.is_none() {
-            if let Some(base) = state.base
-                && let Ok(v) = self.version(&base)
-            {
-                return Ok(v);
-            }
+        if clean
+            && opts.skip_if_clean
+            && opts.name.is_none()
+            && let Some(base) = state.base
+            && let Ok(v) = self.version(&base)
+        {
+            return Ok(v);
         }
         let root = if clean { state.root } else { head.fold()? };
         self.chunks().flush()?;
@@ -150,11 +160,15 @@ impl Store {
         let volume = self.volume(vol)?;
         if let Some(v) = self.index().get_meta(&keys::tag(volume.id, r))? {
             let id = std::str::from_utf8(&v).ok().and_then(VersionId::parse);
-            return Ok(Target::Version(self.version(&id.ok_or_else(|| Error::corrupt("bad tag"))?)?));
+            return Ok(Target::Version(
+                self.version(&id.ok_or_else(|| Error::corrupt("bad tag"))?)?,
+            ));
         }
         let log = self.log(&volume)?;
         if let Some(n) = r.strip_prefix('~') {
-            let n: usize = n.parse().map_err(|_| Error::invalid(format!("bad relative version {r:?}: use ~N")))?;
+            let n: usize = n
+                .parse()
+                .map_err(|_| Error::invalid(format!("bad relative version {r:?}: use ~N")))?;
             return log
                 .iter()
                 .rev()
@@ -167,7 +181,8 @@ impl Store {
         if lower.len() < 4 || !lower.bytes().all(|c| c.is_ascii_hexdigit()) {
             return Err(Error::not_found(format!("{vol} has no version named {r:?}")));
         }
-        let matches: Vec<&VersionRecord> = log.iter().filter(|v| v.id.to_string().starts_with(&lower)).collect();
+        let matches: Vec<&VersionRecord> =
+            log.iter().filter(|v| v.id.to_string().starts_with(&lower)).collect();
         match matches.as_slice() {
             [one] => Ok(Target::Version((*one).clone())),
             [] => Err(Error::not_found(format!("{vol} has no version {r}"))),
@@ -182,7 +197,11 @@ impl Store {
             Target::Version(v) => Ok(v),
             Target::Head(vol) => self.snapshot(
                 vol.name.as_str(),
-                &SnapshotOptions { skip_if_clean: true, origin: Some(Origin::Auto), ..Default::default() },
+                &SnapshotOptions {
+                    skip_if_clean: true,
+                    origin: Some(Origin::Auto),
+                    ..Default::default()
+                },
             ),
         }
     }
@@ -192,7 +211,8 @@ impl Store {
     pub fn fork(&self, from: &VersionRecord, new_name: &str) -> Result<VolumeRecord> {
         let name = VolumeName::new(new_name)?;
         let head = HeadRecord { base: Some(from.id), root: from.root, next_seq: 0 };
-        let rec = self.insert_volume(name, from.kind, from.size, from.block_size, Some(from.id), head)?;
+        let rec =
+            self.insert_volume(name, from.kind, from.size, from.block_size, Some(from.id), head)?;
         tracing::info!(from = %from.id.short(), volume = %rec.name, "fork");
         Ok(rec)
     }
@@ -235,7 +255,10 @@ impl Store {
         check_tag(name)?;
         let key = keys::tag(version.volume, name);
         if self.index().get_meta(&key)?.is_some() {
-            return Err(Error::conflict(format!("{} already has a version named {name}", version.volume_name)));
+            return Err(Error::conflict(format!(
+                "{} already has a version named {name}",
+                version.volume_name
+            )));
         }
         let mut b = WriteBatch::default();
         b.put_cf(self.index().cf(CF_META), key, version.id.to_string());

@@ -191,7 +191,8 @@ impl Index {
             if !k.starts_with(prefix.as_bytes()) {
                 break;
             }
-            let key = String::from_utf8(k.to_vec()).map_err(|_| Error::corrupt("meta key is not UTF-8"))?;
+            let key = String::from_utf8(k.to_vec())
+                .map_err(|_| Error::corrupt("meta key is not UTF-8"))?;
             out.push((key, v.to_vec()));
         }
         Ok(out)

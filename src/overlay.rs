@@ -117,7 +117,8 @@ impl<'a> Overlay<'a> {
         let end = key(self.vol, space, owner, hi);
         let mut out = Vec::new();
         let cf = self.index.cf(CF_OVERLAY);
-        for item in self.index.db().iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
+        for item in self.index.db().iterator_cf(cf, IteratorMode::From(&start, Direction::Forward))
+        {
             let (k, v) = item?;
             if k.len() != KEY_LEN || k[..] > end[..] {
                 break;
@@ -133,7 +134,8 @@ impl<'a> Overlay<'a> {
     pub fn for_each(&self, f: &mut dyn FnMut(Entry) -> Result<()>) -> Result<()> {
         let prefix = self.vol.0.to_be_bytes();
         let cf = self.index.cf(CF_OVERLAY);
-        for item in self.index.db().iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward)) {
+        for item in self.index.db().iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward))
+        {
             let (k, v) = item?;
             if !k.starts_with(&prefix) {
                 break;
@@ -155,7 +157,8 @@ impl<'a> Overlay<'a> {
     pub fn is_empty(&self) -> Result<bool> {
         let prefix = self.vol.0.to_be_bytes();
         let cf = self.index.cf(CF_OVERLAY);
-        let mut it = self.index.db().iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward));
+        let mut it =
+            self.index.db().iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward));
         match it.next() {
             Some(item) => Ok(!item?.0.starts_with(&prefix)),
             None => Ok(true),

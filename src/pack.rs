@@ -190,7 +190,8 @@ impl Trailer {
         let count = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
         let footer_offset = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
         let expected = footer_offset.checked_add(count as u64 * ENTRY_LEN as u64);
-        if footer_offset < HEADER_LEN as u64 || expected != pack_len.checked_sub(TRAILER_LEN as u64) {
+        if footer_offset < HEADER_LEN as u64 || expected != pack_len.checked_sub(TRAILER_LEN as u64)
+        {
             return Err(Error::corrupt("pack trailer does not match the pack's length"));
         }
         Ok(Trailer { count, footer_offset, checksum: b[12..44].try_into().expect("32 bytes") })
@@ -274,7 +275,8 @@ mod tests {
     fn corrupt_payload_is_caught_by_the_chunk_id() {
         let (_, bytes, entries) = sample();
         let e = entries[0];
-        let mut stored = bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
+        let mut stored =
+            bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
         stored[0] ^= 1;
         assert!(decompress(&e, &stored).is_err());
     }

@@ -40,14 +40,19 @@ impl Store {
                 VolumeKind::Fs => {
                     let mut sum = 0u64;
                     let mut err = None;
-                    Map::new(self.chunks().as_ref()).range(head.state().root, META_KEY + 1, u64::MAX, &mut |_, v| {
-                        match Inode::decode(v) {
-                            Ok(i) if i.kind == FileKind::File => sum += i.size,
-                            Ok(_) => {}
-                            Err(e) => err = Some(e),
-                        }
-                        err.is_none()
-                    })?;
+                    Map::new(self.chunks().as_ref()).range(
+                        head.state().root,
+                        META_KEY + 1,
+                        u64::MAX,
+                        &mut |_, v| {
+                            match Inode::decode(v) {
+                                Ok(i) if i.kind == FileKind::File => sum += i.size,
+                                Ok(_) => {}
+                                Err(e) => err = Some(e),
+                            }
+                            err.is_none()
+                        },
+                    )?;
                     if let Some(e) = err {
                         return Err(e);
                     }

@@ -142,7 +142,12 @@ impl Store {
         }
     }
 
-    pub(crate) fn put_json<T: Serialize>(&self, b: &mut WriteBatch, key: &str, v: &T) -> Result<()> {
+    pub(crate) fn put_json<T: Serialize>(
+        &self,
+        b: &mut WriteBatch,
+        key: &str,
+        v: &T,
+    ) -> Result<()> {
         b.put_cf(self.index().cf(crate::index::CF_META), key.as_bytes(), serde_json::to_vec(v)?);
         Ok(())
     }
@@ -194,7 +199,14 @@ impl Store {
             VolumeKind::Fs => crate::volume::fs::initial_root(self.chunks().as_ref())?,
             VolumeKind::Block => None,
         };
-        self.insert_volume(name, kind, size, block_size, None, HeadRecord { base: None, root, next_seq: 0 })
+        self.insert_volume(
+            name,
+            kind,
+            size,
+            block_size,
+            None,
+            HeadRecord { base: None, root, next_seq: 0 },
+        )
     }
 
     /// Writes a new volume record and head in one batch.
@@ -291,4 +303,3 @@ impl std::fmt::Debug for Store {
         write!(f, "Store({})", self.inner.dir.display())
     }
 }
-

@@ -20,7 +20,11 @@ fn bad_input_gets_one_line_errors_and_distinct_exit_codes() {
     assert_eq!(fails(&s, &["log", "nope"]).0, 66);
     assert_eq!(fails(&s, &["volume", "create", "d", "--block", "--size", "12zz"]).0, 64);
     assert_eq!(fails(&s, &["volume", "create", "d", "--block"]).0, 64, "block volumes need a size");
-    assert_eq!(fails(&s, &["volume", "create", "d", "--block", "--size", "100000"]).0, 64, "size not a block multiple");
+    assert_eq!(
+        fails(&s, &["volume", "create", "d", "--block", "--size", "100000"]).0,
+        64,
+        "size not a block multiple"
+    );
     assert_eq!(fails(&s, &["volume", "create", "../x"]).0, 64);
     ok(&s, &["volume", "create", "d", "--block", "--size", "1M"]);
     assert_eq!(fails(&s, &["volume", "create", "d"]).0, 75);
@@ -99,14 +103,20 @@ fn assert_same_tree(a: &Path, b: &Path) {
     assert_eq!(ea, eb, "entries of {} and {}", a.display(), b.display());
     for n in ea {
         let (pa, pb) = (a.join(&n), b.join(&n));
-        let (ma, mb) = (std::fs::symlink_metadata(&pa).unwrap(), std::fs::symlink_metadata(&pb).unwrap());
+        let (ma, mb) =
+            (std::fs::symlink_metadata(&pa).unwrap(), std::fs::symlink_metadata(&pb).unwrap());
         assert_eq!(ma.file_type(), mb.file_type(), "{}", pa.display());
         if ma.is_symlink() {
             assert_eq!(std::fs::read_link(&pa).unwrap(), std::fs::read_link(&pb).unwrap());
         } else if ma.is_dir() {
             assert_same_tree(&pa, &pb);
         } else {
-            assert_eq!(std::fs::read(&pa).unwrap(), std::fs::read(&pb).unwrap(), "{}", pa.display());
+            assert_eq!(
+                std::fs::read(&pa).unwrap(),
+                std::fs::read(&pb).unwrap(),
+                "{}",
+                pa.display()
+            );
             assert_eq!(ma.permissions().mode() & 0o7777, mb.permissions().mode() & 0o7777);
             assert_eq!(ma.modified().unwrap(), mb.modified().unwrap(), "{}", pa.display());
         }

@@ -28,7 +28,9 @@ fn run_and_kill(store: &Path, seed: u64, delay: Duration) -> Vec<String> {
         .spawn()
         .expect("spawn forkfs");
     let stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>()
+    });
     let deadline = Instant::now() + delay;
     while Instant::now() < deadline {
         if let Some(st) = child.try_wait().expect("wait") {
@@ -52,7 +54,11 @@ fn version_hash(store: &Store, t: &Target) -> forkfs::Result<String> {
 }
 
 /// Checks the store after a crash; returns a list of problems.
-fn verify(store_dir: &Path, committed: &HashMap<String, String>, pending: &HashSet<String>) -> Vec<String> {
+fn verify(
+    store_dir: &Path,
+    committed: &HashMap<String, String>,
+    pending: &HashSet<String>,
+) -> Vec<String> {
     let store = Store::open(store_dir).expect("store reopens after SIGKILL");
     let mut problems = store.check().expect("check runs").problems;
     let Ok(vol) = store.volume(VOL) else { return problems };
@@ -74,7 +80,9 @@ fn verify(store_dir: &Path, committed: &HashMap<String, String>, pending: &HashS
         if !committed.contains_key(&id) {
             match version_hash(&store, &Target::Version(v.clone())) {
                 Ok(h) if pending.contains(&h) => {}
-                Ok(_) => problems.push(format!("unreported version {id} is not an announced state")),
+                Ok(_) => {
+                    problems.push(format!("unreported version {id} is not an announced state"))
+                }
                 Err(e) => problems.push(format!("unreported version {id} unreadable: {e}")),
             }
         }
@@ -106,7 +114,8 @@ fn parse(lines: &[String], committed: &mut HashMap<String, String>, pending: &mu
 fn sigkill_during_write_and_snapshot_loses_no_committed_version() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("store");
-    Store::init(&store_dir, forkfs::StoreConfig { pack_target: 256 << 10, ..Default::default() }).unwrap();
+    Store::init(&store_dir, forkfs::StoreConfig { pack_target: 256 << 10, ..Default::default() })
+        .unwrap();
     let mut committed = HashMap::new();
     let mut pending = HashSet::new();
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
@@ -118,7 +127,11 @@ fn sigkill_during_write_and_snapshot_loses_no_committed_version() {
         let problems = verify(&store_dir, &committed, &pending);
         assert!(problems.is_empty(), "after kill {round} ({delay:?}): {problems:#?}");
     }
-    assert!(committed.len() >= rounds as usize / 2, "too few commits ({}) to mean anything", committed.len());
+    assert!(
+        committed.len() >= rounds as usize / 2,
+        "too few commits ({}) to mean anything",
+        committed.len()
+    );
 }
 
 /// Negative control: the same checker must notice a version whose data is
@@ -127,7 +140,8 @@ fn sigkill_during_write_and_snapshot_loses_no_committed_version() {
 fn the_checker_catches_a_version_with_missing_data() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("store");
-    Store::init(&store_dir, forkfs::StoreConfig { pack_target: 256 << 10, ..Default::default() }).unwrap();
+    Store::init(&store_dir, forkfs::StoreConfig { pack_target: 256 << 10, ..Default::default() })
+        .unwrap();
     let out = Command::new(forkfs_bin())
         .arg("--store")
         .arg(&store_dir)
@@ -135,7 +149,8 @@ fn the_checker_catches_a_version_with_missing_data() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+    let lines: Vec<String> =
+        String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
     let (mut committed, mut pending) = (HashMap::new(), HashSet::new());
     parse(&lines, &mut committed, &mut pending);
     assert!(verify(&store_dir, &committed, &pending).is_empty(), "a clean run must verify");

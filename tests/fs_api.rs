@@ -22,7 +22,8 @@ fn files_grow_from_inline_to_blocks_and_truncate() {
     let h = store.open_volume("ws").unwrap();
     let f = h.create(ROOT_INO, b"f", FileKind::File, 0o644, (0, 0), None).unwrap();
     let mut model = Vec::new();
-    let writes: [(u64, usize); 6] = [(0, 100), (50, 3000), (70_000, 10), (200_000, 140_000), (5, 1), (0, 0)];
+    let writes: [(u64, usize); 6] =
+        [(0, 100), (50, 3000), (70_000, 10), (200_000, 140_000), (5, 1), (0, 0)];
     for (i, (off, len)) in writes.iter().enumerate() {
         let data: Vec<u8> = (0..*len).map(|j| (i * 31 + j) as u8).collect();
         h.write_file(f.ino, *off, &data).unwrap();
@@ -69,7 +70,8 @@ fn path_diffs_see_adds_deletes_renames_and_the_dirty_head() {
     h.unlink(ROOT_INO, b"gone").unwrap();
     h.write_file(a.ino, 100_000, b"grown into blocks").unwrap();
     // Against the live head, before any snapshot.
-    let live = paths(store.diff(&Target::Version(base.clone()), &store.resolve("ws").unwrap()).unwrap());
+    let live =
+        paths(store.diff(&Target::Version(base.clone()), &store.resolve("ws").unwrap()).unwrap());
     assert_eq!(
         live,
         vec![
@@ -79,7 +81,8 @@ fn path_diffs_see_adds_deletes_renames_and_the_dirty_head() {
         ]
     );
     let after = store.snapshot("ws", &SnapshotOptions::default()).unwrap();
-    let committed = paths(store.diff(&Target::Version(base.clone()), &Target::Version(after.clone())).unwrap());
+    let committed =
+        paths(store.diff(&Target::Version(base.clone()), &Target::Version(after.clone())).unwrap());
     assert_eq!(committed, live, "the snapshot holds exactly what the head showed");
     // rmdir of a non-empty directory is refused and changes nothing.
     assert!(h.rmdir(ROOT_INO, b"dir").is_err());

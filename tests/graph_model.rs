@@ -13,7 +13,7 @@ enum Op {
     Write { vol: usize, off: usize, len: usize, byte: u8 },
     Zero { vol: usize, off: usize, len: usize },
     Snapshot { vol: usize, named: bool },
-    Fork { vol: usize, version: usize },
+    Fork { version: usize },
     Restore { vol: usize, version: usize },
     DeleteVersion { version: usize },
 }
@@ -23,7 +23,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0..4usize, 0..SIZE, 1..20_000usize, any::<u8>()).prop_map(|(vol, off, len, byte)| Op::Write { vol, off, len, byte }),
         1 => (0..4usize, 0..SIZE, 1..40_000usize).prop_map(|(vol, off, len)| Op::Zero { vol, off, len }),
         3 => (0..4usize, any::<bool>()).prop_map(|(vol, named)| Op::Snapshot { vol, named }),
-        1 => (0..4usize, 0..64usize).prop_map(|(vol, version)| Op::Fork { vol, version }),
+        1 => (0..64usize).prop_map(|version| Op::Fork { version }),
         1 => (0..4usize, 0..64usize).prop_map(|(vol, version)| Op::Restore { vol, version }),
         1 => (0..64usize).prop_map(|version| Op::DeleteVersion { version }),
     ]
@@ -37,7 +37,9 @@ struct Model {
 fn read_all(store: &Store, t: &Target) -> Vec<u8> {
     let mut buf = vec![0u8; SIZE];
     match t {
-        Target::Head(v) => store.open_volume(v.name.as_str()).unwrap().read_at(0, &mut buf).unwrap(),
+        Target::Head(v) => {
+            store.open_volume(v.name.as_str()).unwrap().read_at(0, &mut buf).unwrap()
+        }
         Target::Version(v) => forkfs::volume::block::read_version(store, v, 0, &mut buf).unwrap(),
     }
     buf
@@ -78,7 +80,7 @@ proptest! {
                     let v = store.snapshot(name, &opts).unwrap();
                     m.versions.push((v.id, name.clone(), data.clone()));
                 }
-                Op::Fork { vol: _, version } if !m.versions.is_empty() => {
+                Op::Fork { version } if !m.versions.is_empty() => {
                     let (id, vol, data) = m.versions[version % m.versions.len()].clone();
                     let rec = store.version(&id).unwrap();
                     let new = format!("v{}", m.heads.len());

@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "forkfs-fsck", version, about = "Check a forkfs store; reclaim space; prune history")]
+#[command(
+    name = "forkfs-fsck",
+    version,
+    about = "Check a forkfs store; reclaim space; prune history"
+)]
 struct Cli {
     /// Store directory
     #[arg(long, env = "FORKFS_STORE", global = true)]

@@ -31,7 +31,8 @@ pub struct ImportArgs {
 
 pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
     let store = g.open()?;
-    let meta = std::fs::metadata(&a.source).with_context(|| format!("cannot read {}", a.source.display()))?;
+    let meta = std::fs::metadata(&a.source)
+        .with_context(|| format!("cannot read {}", a.source.display()))?;
     let created = match store.volume(&a.volume) {
         Ok(_) => false,
         Err(e) if e.kind() == forkfs::ErrorKind::NotFound => {
@@ -55,19 +56,31 @@ pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
             import_dir(&head, ROOT_INO, &a.source, &mut n)?;
             n
         }
-        (VolumeKind::Block, true) => return Err(Error::invalid("a block volume imports a raw image file, not a directory").into()),
-        (VolumeKind::Fs, false) => return Err(Error::invalid("an fs volume imports a directory, not a file").into()),
+        (VolumeKind::Block, true) => {
+            return Err(
+                Error::invalid("a block volume imports a raw image file, not a directory").into()
+            );
+        }
+        (VolumeKind::Fs, false) => {
+            return Err(Error::invalid("an fs volume imports a directory, not a file").into());
+        }
     };
     let version = if a.no_snapshot {
         head.flush()?;
         None
     } else {
         let label = format!("import {}", a.source.display());
-        let opts = SnapshotOptions { label: Some(label), origin: Some(Origin::Import), ..Default::default() };
+        let opts = SnapshotOptions {
+            label: Some(label),
+            origin: Some(Origin::Import),
+            ..Default::default()
+        };
         Some(store.snapshot(&a.volume, &opts)?)
     };
     if g.json {
-        return print_json(&serde_json::json!({ "volume": a.volume, "bytes": copied, "version": version.map(|v| v.id) }));
+        return print_json(
+            &serde_json::json!({ "volume": a.volume, "bytes": copied, "version": version.map(|v| v.id) }),
+        );
     }
     match version {
         Some(v) => println!("imported {} into {}@{}", bytes(copied), a.volume, v.id.short()),
@@ -84,7 +97,13 @@ fn image_len(p: &Path) -> anyhow::Result<u64> {
 fn import_image(head: &Head, src: &Path, fresh: bool) -> anyhow::Result<u64> {
     let len = image_len(src)?;
     if len > head.size() {
-        return Err(Error::invalid(format!("{} is {} but the volume holds {}", src.display(), bytes(len), bytes(head.size()))).into());
+        return Err(Error::invalid(format!(
+            "{} is {} but the volume holds {}",
+            src.display(),
+            bytes(len),
+            bytes(head.size())
+        ))
+        .into());
     }
     let mut f = File::open(src)?;
     let bs = head.record().block_size as usize;
@@ -137,7 +156,8 @@ fn import_dir(head: &Head, dir: u64, src: &Path, copied: &mut u64) -> anyhow::Re
             head.create(dir, &name, FileKind::Symlink, 0o777, owner, Some(&t))?
         } else if ft.is_file() {
             let i = head.create(dir, &name, FileKind::File, perm, owner, None)?;
-            let mut f = File::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            let mut f =
+                File::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
             let mut buf = vec![0u8; IO_CHUNK];
             let mut off = 0u64;
             loop {
@@ -196,10 +216,16 @@ pub fn export(g: &Global, a: ExportArgs) -> anyhow::Result<()> {
         Target::Head(v) => (v.kind, None, Some(store.open_volume(v.name.as_str())?)),
     };
     let copied = match kind {
-        VolumeKind::Block => export_image(&store, version.as_ref(), head.as_deref(), &a.dest, a.force)?,
+        VolumeKind::Block => {
+            export_image(&store, version.as_ref(), head.as_deref(), &a.dest, a.force)?
+        }
         VolumeKind::Fs => {
             if a.dest.exists() && std::fs::read_dir(&a.dest)?.next().is_some() {
-                return Err(Error::conflict(format!("{} exists and is not empty", a.dest.display())).into());
+                return Err(Error::conflict(format!(
+                    "{} exists and is not empty",
+                    a.dest.display()
+                ))
+                .into());
             }
             std::fs::create_dir_all(&a.dest)?;
             let reader: FsReader<'_> = match (&version, &head) {
@@ -214,13 +240,21 @@ pub fn export(g: &Global, a: ExportArgs) -> anyhow::Result<()> {
         }
     };
     if g.json {
-        return print_json(&serde_json::json!({ "source": a.source, "dest": a.dest, "bytes": copied }));
+        return print_json(
+            &serde_json::json!({ "source": a.source, "dest": a.dest, "bytes": copied }),
+        );
     }
     println!("exported {} to {}", bytes(copied), a.dest.display());
     Ok(())
 }
 
-fn export_image(store: &Store, version: Option<&forkfs::VersionRecord>, head: Option<&Head>, dest: &Path, force: bool) -> anyhow::Result<u64> {
+fn export_image(
+    store: &Store,
+    version: Option<&forkfs::VersionRecord>,
+    head: Option<&Head>,
+    dest: &Path,
+    force: bool,
+) -> anyhow::Result<u64> {
     let (size, bs, blocks) = match (version, head) {
         (Some(v), _) => (v.size, v.block_size as u64, allocated_in_version(store, v)?),
         (None, Some(h)) => (h.size(), h.record().block_size as u64, h.allocated_blocks()?),
@@ -228,8 +262,14 @@ fn export_image(store: &Store, version: Option<&forkfs::VersionRecord>, head: Op
     };
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true);
-    if force { opts.create(true).truncate(true) } else { opts.create_new(true) };
-    let f = opts.open(dest).with_context(|| format!("cannot create {} (use --force to overwrite)", dest.display()))?;
+    if force {
+        opts.create(true).truncate(true)
+    } else {
+        opts.create_new(true)
+    };
+    let f = opts
+        .open(dest)
+        .with_context(|| format!("cannot create {} (use --force to overwrite)", dest.display()))?;
     f.set_len(size)?;
     let bar = progress(blocks.len() as u64 * bs, "export");
     let mut buf = vec![0u8; bs as usize];

@@ -54,7 +54,10 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
         let hash = blake3::hash(&model).to_hex();
         writeln!(out, "pending {hash}")?;
         out.flush()?;
-        let v = store.snapshot(&volume, &SnapshotOptions { origin: Some(forkfs::Origin::Auto), ..Default::default() })?;
+        let v = store.snapshot(
+            &volume,
+            &SnapshotOptions { origin: Some(forkfs::Origin::Auto), ..Default::default() },
+        )?;
         writeln!(out, "committed {} {hash}", v.id)?;
         out.flush()?;
         n += 1;

@@ -31,10 +31,16 @@ pub struct RestoreArgs {
 
 pub fn restore(g: &Global, a: RestoreArgs) -> anyhow::Result<()> {
     let store = g.open()?;
-    let spec = if a.version.contains('@') { a.version.clone() } else { format!("{}@{}", a.volume, a.version) };
+    let spec = if a.version.contains('@') {
+        a.version.clone()
+    } else {
+        format!("{}@{}", a.volume, a.version)
+    };
     let to = match store.resolve(&spec)? {
         forkfs::Target::Version(v) => v,
-        forkfs::Target::Head(_) => return Err(forkfs::Error::invalid("restore needs a version").into()),
+        forkfs::Target::Head(_) => {
+            return Err(forkfs::Error::invalid("restore needs a version").into());
+        }
     };
     let pre = store.restore(&a.volume, &to)?;
     if g.json {

@@ -43,7 +43,8 @@ pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
             marks.push("HEAD".to_string());
         }
         marks.extend(names.get(&v.id).cloned().unwrap_or_default());
-        let marks = if marks.is_empty() { String::new() } else { format!(" ({})", marks.join(", ")) };
+        let marks =
+            if marks.is_empty() { String::new() } else { format!(" ({})", marks.join(", ")) };
         println!(
             "{} ~{:<3} {:<10} {:>8}{}{}",
             v.id.short(),

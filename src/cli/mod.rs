@@ -15,7 +15,11 @@ use forkfs::{Error, ErrorKind, Store};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "forkfs", version, about = "Forkable, versioned workspaces and disks on a copy-on-write, content-addressed store")]
+#[command(
+    name = "forkfs",
+    version,
+    about = "Forkable, versioned workspaces and disks on a copy-on-write, content-addressed store"
+)]
 pub struct Cli {
     #[command(flatten)]
     global: Global,
@@ -195,5 +199,6 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

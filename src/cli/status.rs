@@ -13,7 +13,10 @@ pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
         return print_json(&s);
     }
     println!("store {}", store.dir().display());
-    println!("{:<24} {:<6} {:>10} {:>10} {:>9} {:>6}", "VOLUME", "KIND", "SIZE", "USED", "VERSIONS", "DIRTY");
+    println!(
+        "{:<24} {:<6} {:>10} {:>10} {:>9} {:>6}",
+        "VOLUME", "KIND", "SIZE", "USED", "VERSIONS", "DIRTY"
+    );
     for v in &s.volumes {
         println!(
             "{:<24} {:<6} {:>10} {:>10} {:>9} {:>6}",

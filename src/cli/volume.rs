@@ -22,9 +22,7 @@ pub enum Cmd {
     /// List volumes
     List,
     /// Delete a volume and its versions (space is reclaimed by gc)
-    Delete {
-        name: String,
-    },
+    Delete { name: String },
 }
 
 pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
@@ -34,7 +32,10 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
             let kind = if block { VolumeKind::Block } else { VolumeKind::Fs };
             let size = size.as_deref().map(parse_size).transpose()?;
             let bs = block_size.as_deref().map(parse_size).transpose()?;
-            let bs = bs.map(u32::try_from).transpose().map_err(|_| forkfs::Error::invalid("block size too large"))?;
+            let bs = bs
+                .map(u32::try_from)
+                .transpose()
+                .map_err(|_| forkfs::Error::invalid("block size too large"))?;
             let rec = store.create_volume(&name, kind, size, bs)?;
             if g.json {
                 return print_json(&rec);

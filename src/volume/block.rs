@@ -10,7 +10,10 @@ use rocksdb::WriteBatch;
 impl Head {
     fn block_map(&self) -> Result<BlockMap<'_>> {
         if self.kind() != VolumeKind::Block {
-            return Err(Error::invalid(format!("volume {} is not a block volume", self.record().name)));
+            return Err(Error::invalid(format!(
+                "volume {} is not a block volume",
+                self.record().name
+            )));
         }
         Ok(BlockMap {
             view: View::Live(self),

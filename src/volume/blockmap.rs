@@ -3,8 +3,8 @@
 //! both a block volume (one map) and the files of an fs volume (a map each).
 
 use super::{Found, View, chunk_id_of_value, is_zero};
-use crate::map::Map;
 use crate::error::{Error, Result};
+use crate::map::Map;
 use crate::map::MapRoot;
 use crate::overlay::{Dirty, Space};
 use bytes::Bytes;
@@ -71,7 +71,13 @@ impl BlockMap<'_> {
         self.patch(batch, offset, len, None)
     }
 
-    fn patch(&self, batch: &mut WriteBatch, offset: u64, len: u64, data: Option<&[u8]>) -> Result<()> {
+    fn patch(
+        &self,
+        batch: &mut WriteBatch,
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+    ) -> Result<()> {
         let bs = self.block_size;
         let overlay = self.view.head()?.overlay();
         let mut done = 0u64;
@@ -108,10 +114,15 @@ impl BlockMap<'_> {
     pub fn drop_from(&self, batch: &mut WriteBatch, first: u64) -> Result<()> {
         let overlay = self.view.head()?.overlay();
         let mut keys = Vec::new();
-        Map::new(self.view.store().chunks().as_ref()).range(self.base, first, u64::MAX, &mut |k, _| {
-            keys.push(k);
-            true
-        })?;
+        Map::new(self.view.store().chunks().as_ref()).range(
+            self.base,
+            first,
+            u64::MAX,
+            &mut |k, _| {
+                keys.push(k);
+                true
+            },
+        )?;
         for (k, _) in overlay.scan(self.space, self.owner, first, u64::MAX)? {
             keys.push(k);
         }
@@ -124,10 +135,15 @@ impl BlockMap<'_> {
     /// Block indexes that may hold data (overlay or base), in order.
     pub fn allocated(&self, first: u64, last: u64) -> Result<Vec<u64>> {
         let mut set = std::collections::BTreeSet::new();
-        Map::new(self.view.store().chunks().as_ref()).range(self.base, first, last, &mut |k, _| {
-            set.insert(k);
-            true
-        })?;
+        Map::new(self.view.store().chunks().as_ref()).range(
+            self.base,
+            first,
+            last,
+            &mut |k, _| {
+                set.insert(k);
+                true
+            },
+        )?;
         let View::Live(head) = self.view else { return Ok(set.into_iter().collect()) };
         for (k, d) in head.overlay().scan(self.space, self.owner, first, last)? {
             match d {

@@ -91,10 +91,15 @@ impl<'a> FsReader<'a> {
         let base = dir.content_root(Space::Dir)?;
         let mut groups: BTreeMap<u64, Bytes> = BTreeMap::new();
         if after < u64::MAX {
-            Map::new(self.view.store().chunks().as_ref()).range(base, after + 1, u64::MAX, &mut |k, v| {
-                groups.insert(k, v.clone());
-                true
-            })?;
+            Map::new(self.view.store().chunks().as_ref()).range(
+                base,
+                after + 1,
+                u64::MAX,
+                &mut |k, v| {
+                    groups.insert(k, v.clone());
+                    true
+                },
+            )?;
             if let View::Live(head) = self.view {
                 for (k, d) in head.overlay().scan(Space::Dir, dir.ino, after + 1, u64::MAX)? {
                     match d {
@@ -135,7 +140,13 @@ impl<'a> FsReader<'a> {
     }
 
     fn blocks(&self, ino: u64, base: MapRoot) -> BlockMap<'a> {
-        BlockMap { view: self.view, space: Space::File, owner: ino, base, block_size: self.block_size }
+        BlockMap {
+            view: self.view,
+            space: Space::File,
+            owner: ino,
+            base,
+            block_size: self.block_size,
+        }
     }
 
     /// Resolves an absolute or root-relative path, following no symlinks.
@@ -178,7 +189,10 @@ pub struct SetAttr {
 impl Head {
     fn check_fs(&self) -> Result<()> {
         if self.kind() != VolumeKind::Fs {
-            return Err(Error::invalid(format!("volume {} is not an fs volume", self.record().name)));
+            return Err(Error::invalid(format!(
+                "volume {} is not an fs volume",
+                self.record().name
+            )));
         }
         self.check_live()
     }
@@ -190,11 +204,21 @@ impl Head {
     }
 
     fn put_inode(&self, b: &mut WriteBatch, inode: &Inode) {
-        self.overlay().put(b, Space::Root, 0, inode.ino, &Dirty::Value(Bytes::from(inode.encode())));
+        self.overlay().put(
+            b,
+            Space::Root,
+            0,
+            inode.ino,
+            &Dirty::Value(Bytes::from(inode.encode())),
+        );
     }
 
     fn put_entries(&self, b: &mut WriteBatch, dir: u64, key: u64, entries: &[DirEntry]) {
-        let d = if entries.is_empty() { Dirty::Delete } else { Dirty::Value(Bytes::from(encode_entries(entries))) };
+        let d = if entries.is_empty() {
+            Dirty::Delete
+        } else {
+            Dirty::Value(Bytes::from(encode_entries(entries)))
+        };
         self.overlay().put(b, Space::Dir, dir, key, &d);
     }
 
@@ -265,7 +289,13 @@ impl Head {
             parent.nlink += 1;
         }
         let mut b = WriteBatch::default();
-        self.overlay().put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(Bytes::from(encode_meta(ino + 1))));
+        self.overlay().put(
+            &mut b,
+            Space::Root,
+            0,
+            META_KEY,
+            &Dirty::Value(Bytes::from(encode_meta(ino + 1))),
+        );
         self.put_inode(&mut b, &inode);
         self.put_inode(&mut b, &parent);
         self.put_entries(&mut b, dir, key, &entries);
@@ -275,7 +305,9 @@ impl Head {
 
     /// Writes file bytes at `offset`, growing the file as needed.
     pub fn write_file(&self, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
-        let end = offset.checked_add(data.len() as u64).ok_or_else(|| Error::invalid("offset overflows"))?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| Error::invalid("offset overflows"))?;
         if data.is_empty() {
             return Ok(());
         }
@@ -304,7 +336,11 @@ impl Head {
                 inode.content = Content::Blocks(None);
                 self.put_inode(&mut b, &inode);
                 self.store.index().write(std::mem::take(&mut b), false)?;
-                let _s = self.lock_block_range(ino, offset / map.block_size, (end - 1).max(offset) / map.block_size);
+                let _s = self.lock_block_range(
+                    ino,
+                    offset / map.block_size,
+                    (end - 1).max(offset) / map.block_size,
+                );
                 map.write(&mut b, offset, data)?;
             }
             Content::Blocks(base) => {
@@ -400,17 +436,29 @@ impl Head {
         let mut parent = r.inode(dir)?;
         let key = name_key(name);
         let mut entries = r.entries_at(&parent, key)?;
-        let pos = entries.iter().position(|e| e.name == name).ok_or_else(|| enoent(String::from_utf8_lossy(name)))?;
+        let pos = entries
+            .iter()
+            .position(|e| e.name == name)
+            .ok_or_else(|| enoent(String::from_utf8_lossy(name)))?;
         let mut target = r.inode(entries[pos].ino)?;
         let is_dir = target.kind == FileKind::Dir;
         if want_dir && !is_dir {
-            return Err(Error::invalid(format!("{} is not a directory", String::from_utf8_lossy(name))));
+            return Err(Error::invalid(format!(
+                "{} is not a directory",
+                String::from_utf8_lossy(name)
+            )));
         }
         if !want_dir && is_dir {
-            return Err(Error::invalid(format!("{} is a directory", String::from_utf8_lossy(name))));
+            return Err(Error::invalid(format!(
+                "{} is a directory",
+                String::from_utf8_lossy(name)
+            )));
         }
         if is_dir && !r.list(&target, 0)?.is_empty() {
-            return Err(Error::new(ErrorKind::Conflict, format!("{} is not empty", String::from_utf8_lossy(name))));
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!("{} is not empty", String::from_utf8_lossy(name)),
+            ));
         }
         entries.remove(pos);
         let mut b = WriteBatch::default();
@@ -437,8 +485,12 @@ impl Head {
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
-        return Err(Error::invalid(format!("invalid file name {:?}", String::from_utf8_lossy(name))));
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::invalid(format!(
+            "invalid file name {:?}",
+            String::from_utf8_lossy(name)
+        )));
     }
     if name.len() > NAME_MAX {
         return Err(Error::invalid("file name longer than 255 bytes"));
@@ -447,6 +499,10 @@ fn check_name(name: &[u8]) -> Result<()> {
 }
 
 /// A reader of a frozen version of an fs volume.
-pub fn reader_for_version(store: &crate::store::Store, root: MapRoot, block_size: u32) -> FsReader<'_> {
+pub fn reader_for_version(
+    store: &crate::store::Store,
+    root: MapRoot,
+    block_size: u32,
+) -> FsReader<'_> {
     FsReader { view: View::Frozen(store), root, block_size: block_size as u64 }
 }

@@ -49,9 +49,8 @@ pub struct Time {
 
 impl Time {
     pub fn now() -> Time {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let d =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Time { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
     }
 }
@@ -186,7 +185,21 @@ impl Inode {
         r.finish()?;
         let [atime, mtime, ctime, crtime] = times;
         Ok(Inode {
-            ino, kind, perm, uid, gid, nlink, size, rdev, atime, mtime, ctime, crtime, parent, name, content,
+            ino,
+            kind,
+            perm,
+            uid,
+            gid,
+            nlink,
+            size,
+            rdev,
+            atime,
+            mtime,
+            ctime,
+            crtime,
+            parent,
+            name,
+            content,
             xattrs,
         })
     }

@@ -63,7 +63,13 @@ impl<'a> View<'a> {
         }
     }
 
-    pub fn lookup(&self, space: Space, owner: u64, key: u64, base: MapRoot) -> Result<Option<Found>> {
+    pub fn lookup(
+        &self,
+        space: Space,
+        owner: u64,
+        key: u64,
+        base: MapRoot,
+    ) -> Result<Option<Found>> {
         match self {
             View::Live(h) => h.lookup(space, owner, key, base),
             View::Frozen(s) => Ok(Map::new(s.chunks().as_ref()).get(base, key)?.map(Found::Value)),
@@ -129,8 +135,15 @@ impl Head {
 
     /// Locks the stripes of blocks `first..=last` of map `owner`, in a fixed
     /// order, so overlapping read-modify-writes never interleave.
-    pub(crate) fn lock_block_range(&self, owner: u64, first: u64, last: u64) -> Vec<MutexGuard<'_, ()>> {
-        let stripe = |k: u64| ((k ^ owner.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
+    pub(crate) fn lock_block_range(
+        &self,
+        owner: u64,
+        first: u64,
+        last: u64,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let stripe = |k: u64| {
+            ((k ^ owner.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+        };
         let mut idx: Vec<usize> = if last - first >= STRIPES as u64 {
             (0..STRIPES).collect()
         } else {
@@ -142,7 +155,13 @@ impl Head {
     }
 
     /// Looks a key up in the overlay, then in `base`.
-    pub(crate) fn lookup(&self, space: Space, owner: u64, key: u64, base: MapRoot) -> Result<Option<Found>> {
+    pub(crate) fn lookup(
+        &self,
+        space: Space,
+        owner: u64,
+        key: u64,
+        base: MapRoot,
+    ) -> Result<Option<Found>> {
         match self.overlay().get(space, owner, key)? {
             Some(Dirty::Delete) => Ok(None),
             Some(Dirty::Value(v)) => Ok(Some(Found::Value(v))),
@@ -228,7 +247,7 @@ impl Head {
 /// True when every byte is zero (such blocks are stored as holes).
 pub fn is_zero(b: &[u8]) -> bool {
     let mut words = b.chunks_exact(16);
-    (&mut words).all(|c| u128::from_ne_bytes(c.try_into().expect("16 bytes")) == 0)
+    words.all(|c| u128::from_ne_bytes(c.try_into().expect("16 bytes")) == 0)
         && words.remainder().iter().all(|x| *x == 0)
 }
 

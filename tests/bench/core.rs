@@ -105,7 +105,11 @@ fn throughput(store: &Store) {
     let read_head = t.elapsed();
     println!("block API, 1 GiB of incompressible data in 1 MiB requests:");
     println!("  write (to overlay, then WAL sync)  {:>8.0} MB/s", mbps(size, write));
-    println!("  checkpoint (hash, pack, commit)    {:>8.0} MB/s  ({:.2} s)", mbps(size, checkpoint), checkpoint.as_secs_f64());
+    println!(
+        "  checkpoint (hash, pack, commit)    {:>8.0} MB/s  ({:.2} s)",
+        mbps(size, checkpoint),
+        checkpoint.as_secs_f64()
+    );
     println!("  write + checkpoint end to end      {:>8.0} MB/s", mbps(size, write + checkpoint));
     println!("  read committed version             {:>8.0} MB/s", mbps(size, read));
     println!("  read head (same data)              {:>8.0} MB/s", mbps(size, read_head));
@@ -133,8 +137,16 @@ fn dedupe(store: &Store) {
         store.snapshot(&name, &SnapshotOptions::default()).unwrap();
     }
     let s = store.stats().unwrap();
-    println!("dedupe: 1 GiB volume + 10 forks each changing 10 MiB (11 heads, {:.1} GiB logical):", s.logical_bytes as f64 / GIB as f64);
-    println!("  stored {:.3} GiB in {} packs (ideal 1.098 GiB), ratio {:.2}", s.stored_bytes as f64 / GIB as f64, s.packs, s.dedupe_ratio);
+    println!(
+        "dedupe: 1 GiB volume + 10 forks each changing 10 MiB (11 heads, {:.1} GiB logical):",
+        s.logical_bytes as f64 / GIB as f64
+    );
+    println!(
+        "  stored {:.3} GiB in {} packs (ideal 1.098 GiB), ratio {:.2}",
+        s.stored_bytes as f64 / GIB as f64,
+        s.packs,
+        s.dedupe_ratio
+    );
 }
 
 fn main() {

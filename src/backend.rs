@@ -24,6 +24,10 @@ pub struct Backend {
     local_root: Option<PathBuf>,
     runtime: Option<tokio::runtime::Runtime>,
     description: String,
+    /// Open files of the local store, for ranged reads without a runtime
+    /// hop and an open() per read. Objects are immutable, so a cached fd
+    /// always reads what the key named.
+    fds: quick_cache::sync::Cache<String, Arc<std::fs::File>>,
 }
 
 impl Backend {
@@ -46,7 +50,8 @@ impl Backend {
             .thread_name("forkfs-io")
             .enable_all()
             .build()?;
-        Ok(Backend { store, local_root, runtime: Some(runtime), description })
+        let fds = quick_cache::sync::Cache::new(256);
+        Ok(Backend { store, local_root, runtime: Some(runtime), description, fds })
     }
 
     pub fn describe(&self) -> &str {
@@ -100,6 +105,9 @@ impl Backend {
     }
 
     pub fn get_range(&self, key: &Path, range: Range<u64>) -> Result<Bytes> {
+        if let Some(root) = &self.local_root {
+            return self.local_range(root, key, range);
+        }
         let store = self.store.clone();
         let k = key.clone();
         self.run(async move { Ok(store.get_range(&k, range).await?) })
@@ -112,6 +120,7 @@ impl Backend {
     }
 
     pub fn delete(&self, key: &Path) -> Result<()> {
+        self.fds.remove(key.as_ref());
         let store = self.store.clone();
         let k = key.clone();
         self.run(async move {
@@ -126,6 +135,35 @@ impl Backend {
         let store = self.store.clone();
         let p = Path::from(prefix);
         self.run(async move { Ok(store.list(Some(&p)).try_collect::<Vec<_>>().await?) })
+    }
+
+    fn local_range(&self, root: &std::path::Path, key: &Path, range: Range<u64>) -> Result<Bytes> {
+        use std::os::unix::fs::FileExt;
+        let file = match self.fds.get(key.as_ref()) {
+            Some(f) => f,
+            None => {
+                let f =
+                    std::fs::File::open(root.join(key.as_ref())).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => {
+                            Error::not_found(format!("object {key} is missing"))
+                        }
+                        _ => e.into(),
+                    })?;
+                let f = Arc::new(f);
+                self.fds.insert(key.to_string(), f.clone());
+                f
+            }
+        };
+        let len = usize::try_from(range.end.saturating_sub(range.start))
+            .map_err(|_| Error::invalid("range too large"))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, range.start).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                Error::corrupt(format!("object {key} is shorter than {}", range.end))
+            }
+            _ => e.into(),
+        })?;
+        Ok(Bytes::from(buf))
     }
 
     fn sync_local(&self, key: &Path) -> Result<()> {

@@ -82,6 +82,10 @@ impl Store {
         {
             return Ok(v);
         }
+        let vol = head.record().id;
+        // New writes (after this checkpoint) go to a fresh log segment; the
+        // older ones are folded here and deleted once the version commits.
+        let floor = if clean { None } else { Some(self.datalog().rotate(vol)?) };
         let root = if clean { state.root } else { head.fold()? };
         self.chunks().flush()?;
         let rec = head.record();
@@ -114,8 +118,14 @@ impl Store {
         }
         self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
         head.overlay().clear(&mut b);
+        if let Some(f) = floor {
+            self.put_json(&mut b, &keys::log_floor(vol), &f)?;
+        }
         self.index().write(b, true)?;
         head.set_state(new_head.clone());
+        if let Some(f) = floor {
+            self.datalog().drop_below(vol, f)?;
+        }
         let head_obj = Bytes::from(serde_json::to_vec_pretty(&new_head)?);
         self.chunks().backend().put(&paths::head(rec.id), head_obj)?;
         tracing::info!(volume = %rec.name, version = %version.id.short(), origin = %version.origin, "snapshot");

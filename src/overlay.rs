@@ -4,9 +4,11 @@
 //! Key: volume id u64 BE | space u8 | owner u64 BE | key u64 BE (25 bytes), so
 //! one volume's entries are contiguous and each (space, owner) group is a
 //! sorted run ready for [`crate::map::Map::apply`].
-//! Value: tag u8 then payload: 0 delete, 1 literal map value, 2 data to be
-//! stored as a chunk whose id becomes the map value.
+//! Value: tag u8 then payload: 0 delete, 1 literal map value, 2 reference
+//! to dirty data in the data log, to be stored as a chunk whose id becomes
+//! the map value.
 
+use crate::datalog::LogRef;
 use crate::error::{Error, Result};
 use crate::id::VolumeId;
 use crate::index::{CF_OVERLAY, Index};
@@ -41,7 +43,8 @@ impl Space {
 pub enum Dirty {
     Delete,
     Value(Bytes),
-    Data(Bytes),
+    /// Block data waiting in the data log.
+    Logged(LogRef),
 }
 
 impl Dirty {
@@ -49,7 +52,7 @@ impl Dirty {
         let (tag, payload): (u8, &[u8]) = match self {
             Dirty::Delete => (0, &[]),
             Dirty::Value(v) => (1, v),
-            Dirty::Data(d) => (2, d),
+            Dirty::Logged(r) => return [&[2u8][..], &r.encode()].concat(),
         };
         let mut out = Vec::with_capacity(1 + payload.len());
         out.push(tag);
@@ -61,7 +64,7 @@ impl Dirty {
         match b.split_first() {
             Some((0, _)) => Ok(Dirty::Delete),
             Some((1, v)) => Ok(Dirty::Value(Bytes::copy_from_slice(v))),
-            Some((2, d)) => Ok(Dirty::Data(Bytes::copy_from_slice(d))),
+            Some((2, r)) => Ok(Dirty::Logged(LogRef::decode(r)?)),
             _ => Err(Error::corrupt("overlay entry has an unknown tag")),
         }
     }

@@ -6,6 +6,7 @@
 
 use crate::backend::Backend;
 use crate::chunk::{ChunkConfig, ChunkStore};
+use crate::datalog::DataLog;
 use crate::error::{Error, Result};
 use crate::id::{VolumeId, VolumeName};
 use crate::index::Index;
@@ -52,6 +53,7 @@ pub(crate) struct Inner {
     pub config: StoreConfig,
     pub index: Arc<Index>,
     pub chunks: Arc<ChunkStore>,
+    pub datalog: DataLog,
     /// Serializes changes to volume records and counters.
     pub meta_lock: Mutex<()>,
     pub heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
@@ -107,16 +109,26 @@ impl Store {
             cache_bytes: config.cache_bytes,
         };
         let chunks = Arc::new(ChunkStore::new(backend, index.clone(), chunk_config));
-        Ok(Store {
+        let datalog = DataLog::open(dir.join("log"))?;
+        let store = Store {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 config,
                 index,
                 chunks,
+                datalog,
                 meta_lock: Mutex::new(()),
                 heads: Mutex::new(HashMap::new()),
             }),
-        })
+        };
+        // Segments below a volume's floor were folded by a checkpoint whose
+        // cleanup a crash may have cut short.
+        for vol in store.volumes()? {
+            if let Some(floor) = store.get_json::<u64>(&keys::log_floor(vol.id))? {
+                store.inner.datalog.drop_below(vol.id, floor)?;
+            }
+        }
+        Ok(store)
     }
 
     pub fn dir(&self) -> &Path {
@@ -133,6 +145,10 @@ impl Store {
 
     pub(crate) fn index(&self) -> &Index {
         &self.inner.index
+    }
+
+    pub(crate) fn datalog(&self) -> &DataLog {
+        &self.inner.datalog
     }
 
     pub(crate) fn get_json<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
@@ -272,6 +288,7 @@ impl Store {
         let meta = self.index().cf(crate::index::CF_META);
         b.delete_cf(meta, keys::volume(name));
         b.delete_cf(meta, keys::head(rec.id));
+        b.delete_cf(meta, keys::log_floor(rec.id));
         for prefix in [keys::log_prefix(rec.id), keys::tag_prefix(rec.id)] {
             for (k, _) in self.index().scan_meta(&prefix)? {
                 b.delete_cf(meta, k);
@@ -289,11 +306,13 @@ impl Store {
         backend.delete(&paths::head(rec.id))?;
         backend.delete(&paths::volume(rec.id))?;
         head.mark_deleted();
-        Ok(())
+        self.datalog().drop_below(rec.id, u64::MAX)
     }
 
-    /// Durably syncs every write acknowledged so far (the overlay's WAL).
+    /// Durably syncs every write acknowledged so far: the data log first,
+    /// then the WAL of the overlay entries that name it.
     pub fn sync(&self) -> Result<()> {
+        self.datalog().sync()?;
         self.index().sync()
     }
 }

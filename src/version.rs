@@ -139,6 +139,10 @@ pub mod keys {
     pub fn log(v: VolumeId, seq: u64) -> String {
         format!("log/{:016x}/{seq:016x}", v.0)
     }
+    /// The first data log segment the volume's overlay may still name.
+    pub fn log_floor(v: VolumeId) -> String {
+        format!("logfloor/{:016x}", v.0)
+    }
     pub fn tag_prefix(v: VolumeId) -> String {
         format!("tag/{:016x}/", v.0)
     }

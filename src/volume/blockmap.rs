@@ -79,7 +79,11 @@ impl BlockMap<'_> {
         data: Option<&[u8]>,
     ) -> Result<()> {
         let bs = self.block_size;
-        let overlay = self.view.head()?.overlay();
+        let head = self.view.head()?;
+        let overlay = head.overlay();
+        let log = |data: &[u8]| -> Result<Dirty> {
+            Ok(Dirty::Logged(head.store.datalog().append(head.record().id, data)?))
+        };
         let mut done = 0u64;
         while done < len {
             let pos = offset + done;
@@ -88,7 +92,7 @@ impl BlockMap<'_> {
             let src = data.map(|d| &d[done as usize..(done + n) as usize]);
             let dirty = if n == bs {
                 match src {
-                    Some(s) if !is_zero(s) => Dirty::Data(Bytes::copy_from_slice(s)),
+                    Some(s) if !is_zero(s) => log(s)?,
                     _ => Dirty::Delete,
                 }
             } else {
@@ -101,7 +105,7 @@ impl BlockMap<'_> {
                     Some(s) => block[range].copy_from_slice(s),
                     None => block[range].fill(0),
                 }
-                if is_zero(&block) { Dirty::Delete } else { Dirty::Data(Bytes::from(block)) }
+                if is_zero(&block) { Dirty::Delete } else { log(&block)? }
             };
             overlay.put(batch, self.space, self.owner, idx, &dirty);
             done += n;

@@ -165,8 +165,25 @@ impl Head {
         match self.overlay().get(space, owner, key)? {
             Some(Dirty::Delete) => Ok(None),
             Some(Dirty::Value(v)) => Ok(Some(Found::Value(v))),
-            Some(Dirty::Data(d)) => Ok(Some(Found::Data(d))),
+            Some(Dirty::Logged(r)) => match self.read_logged(&r)? {
+                Some(d) => Ok(Some(Found::Data(d))),
+                None => Ok(self.map().get(base, key)?.map(Found::Value)),
+            },
             None => Ok(self.map().get(base, key)?.map(Found::Value)),
+        }
+    }
+
+    /// Reads dirty data from the log. Data whose overlay entry outlived it
+    /// (power lost before any flush made it durable) reads as `None`: that
+    /// write was never acknowledged as durable, so the older content stands.
+    fn read_logged(&self, r: &crate::datalog::LogRef) -> Result<Option<Bytes>> {
+        match self.store.datalog().read(self.record.id, r) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.kind() == crate::ErrorKind::Corrupt => {
+                tracing::warn!(volume = %self.record.name, error = %e, "dropping unflushed write lost in a crash");
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -187,7 +204,9 @@ impl Head {
                     if e.space != Space::Root || e.owner != 0 {
                         return Err(Error::corrupt("block volume overlay holds a non-block entry"));
                     }
-                    ups.push((e.key, self.resolve(e.dirty)?));
+                    if let Some(u) = self.resolve(e.dirty)? {
+                        ups.push((e.key, u));
+                    }
                     Ok(())
                 })?;
                 self.map().apply(base, &ups)
@@ -196,17 +215,20 @@ impl Head {
         }
     }
 
-    /// Turns a dirty entry into a map update, storing data as a chunk.
-    /// All-zero data becomes a delete: absent blocks read as zeros.
-    fn resolve(&self, d: Dirty) -> Result<Option<Bytes>> {
+    /// Turns a dirty entry into a map update (`None`: no update), storing
+    /// data as a chunk. All-zero data becomes a delete: absent blocks read as zeros.
+    fn resolve(&self, d: Dirty) -> Result<Option<Option<Bytes>>> {
         Ok(match d {
-            Dirty::Delete => None,
-            Dirty::Value(v) => Some(v),
-            Dirty::Data(data) if is_zero(&data) => None,
-            Dirty::Data(data) => {
-                let id = self.store.chunks().put(&data)?;
-                Some(Bytes::copy_from_slice(&id.0))
-            }
+            Dirty::Delete => Some(None),
+            Dirty::Value(v) => Some(Some(v)),
+            Dirty::Logged(r) => match self.read_logged(&r)? {
+                None => None,
+                Some(data) if is_zero(&data) => Some(None),
+                Some(data) => {
+                    let id = self.store.chunks().put(&data)?;
+                    Some(Some(Bytes::copy_from_slice(&id.0)))
+                }
+            },
         })
     }
 
@@ -218,9 +240,15 @@ impl Head {
         self.overlay().for_each(&mut |e| {
             match e.space {
                 Space::Root => {
-                    inode_ups.insert(e.key, self.resolve(e.dirty)?);
+                    if let Some(u) = self.resolve(e.dirty)? {
+                        inode_ups.insert(e.key, u);
+                    }
                 }
-                s => groups.entry((s, e.owner)).or_default().push((e.key, self.resolve(e.dirty)?)),
+                s => {
+                    if let Some(u) = self.resolve(e.dirty)? {
+                        groups.entry((s, e.owner)).or_default().push((e.key, u));
+                    }
+                }
             }
             Ok(())
         })?;

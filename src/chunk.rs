@@ -1,18 +1,24 @@
 //! The content-addressed chunk store: blake3 ids, zstd, packs in the object
 //! store, the RocksDB index, and a bounded cache of decompressed chunks.
 //!
+//! Writers fill an open pack in memory; a full pack is sealed and handed to
+//! an uploader thread, so hashing and compressing the next pack overlaps
+//! with writing this one. Sealed packs stay readable from memory until they
+//! are indexed. [`ChunkStore::flush`] waits until every pack is durable.
+//!
 //! Invariant: the index never names a pack that is not durable in the object
 //! store (a pack is put and synced before its entries are indexed), so a
 //! crash can leave an unindexed pack behind, never a dangling index entry.
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::id::ChunkId;
+use crate::id::{ChunkId, PackId};
 use crate::index::Index;
-use crate::pack::{self, PackWriter};
+use crate::pack::{self, Entry, PackWriter};
 use crate::paths;
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,26 +56,88 @@ pub struct ChunkStats {
     pub packs_written: AtomicU64,
 }
 
+/// A sealed pack on its way to the object store.
+struct Sealed {
+    id: PackId,
+    bytes: Bytes,
+    entries: Vec<Entry>,
+    by_id: HashMap<ChunkId, usize>,
+}
+
+impl Sealed {
+    fn read(&self, id: &ChunkId) -> Option<Result<Bytes>> {
+        let e = &self.entries[*self.by_id.get(id)?];
+        let start = e.offset as usize;
+        Some(pack::decompress(e, &self.bytes[start..start + e.stored_len as usize]))
+    }
+}
+
+/// Packs sealed but not yet indexed, and the first upload error since the last flush.
+#[derive(Default)]
+struct Uploads {
+    packs: Vec<Arc<Sealed>>,
+    error: Option<Error>,
+}
+
+struct Shared {
+    uploads: Mutex<Uploads>,
+    done: Condvar,
+}
+
 pub struct ChunkStore {
     backend: Arc<Backend>,
     index: Arc<Index>,
     open: Mutex<PackWriter>,
+    shared: Arc<Shared>,
+    queue: Option<crossbeam::channel::Sender<Arc<Sealed>>>,
+    uploader: Option<std::thread::JoinHandle<()>>,
     cache: quick_cache::sync::Cache<ChunkId, Bytes, ByteWeight>,
     config: ChunkConfig,
-    pub stats: ChunkStats,
+    pub stats: Arc<ChunkStats>,
 }
 
 impl ChunkStore {
     pub fn new(backend: Arc<Backend>, index: Arc<Index>, config: ChunkConfig) -> ChunkStore {
         let items = (config.cache_bytes / 4096).max(16) as usize;
         let cache = quick_cache::sync::Cache::with_weighter(items, config.cache_bytes, ByteWeight);
+        let shared = Arc::new(Shared { uploads: Mutex::new(Uploads::default()), done: Condvar::new() });
+        let stats = Arc::new(ChunkStats::default());
+        // Two packs in flight at most: sealing a third waits (backpressure).
+        let (tx, rx) = crossbeam::channel::bounded::<Arc<Sealed>>(1);
+        let (b, i, s, st) = (backend.clone(), index.clone(), shared.clone(), stats.clone());
+        let uploader = std::thread::Builder::new()
+            .name("forkfs-packs".into())
+            .spawn(move || {
+                for sealed in rx {
+                    let res = b
+                        .put(&paths::pack(&sealed.id), sealed.bytes.clone())
+                        .and_then(|()| i.add_pack(sealed.id, sealed.bytes.len() as u64, &sealed.entries));
+                    let mut u = s.uploads.lock();
+                    u.packs.retain(|p| !Arc::ptr_eq(p, &sealed));
+                    match res {
+                        Ok(()) => {
+                            st.packs_written.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(pack = %sealed.id, chunks = sealed.entries.len(), "sealed pack");
+                        }
+                        Err(e) => {
+                            tracing::error!(pack = %sealed.id, error = %e, "pack upload failed");
+                            u.error.get_or_insert(e);
+                        }
+                    }
+                    s.done.notify_all();
+                }
+            })
+            .expect("spawning the pack uploader thread");
         ChunkStore {
             backend,
             index,
             open: Mutex::new(PackWriter::new()),
+            shared,
+            queue: Some(tx),
+            uploader: Some(uploader),
             cache,
             config,
-            stats: ChunkStats::default(),
+            stats,
         }
     }
 
@@ -83,48 +151,57 @@ impl ChunkStore {
 
     /// Like [`ChunkStore::put`] for a caller that already hashed the data.
     pub fn put_with_id(&self, id: ChunkId, data: &[u8]) -> Result<()> {
-        if self.open.lock().contains(&id) || self.index.has_chunk(&id)? {
+        if self.contains(&id)? {
             self.stats.chunks_deduped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let plain_len =
-            u32::try_from(data.len()).map_err(|_| Error::invalid("chunk over 4 GiB"))?;
+        let plain_len = u32::try_from(data.len()).map_err(|_| Error::invalid("chunk over 4 GiB"))?;
         let (codec, stored) = pack::compress(data, self.config.zstd_level);
-        let mut open = self.open.lock();
-        if open.contains(&id) {
-            return Ok(());
-        }
-        open.add(id, plain_len, codec, &stored);
+        let full = {
+            let mut open = self.open.lock();
+            if open.contains(&id) {
+                return Ok(());
+            }
+            open.add(id, plain_len, codec, &stored);
+            (open.len_bytes() >= self.config.pack_target).then(|| std::mem::take(&mut *open))
+        };
         self.stats.chunks_written.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes_plain_written.fetch_add(data.len() as u64, Ordering::Relaxed);
         self.stats.bytes_stored_written.fetch_add(stored.len() as u64, Ordering::Relaxed);
-        if open.len_bytes() >= self.config.pack_target {
-            let full = std::mem::take(&mut *open);
-            // Sealing under the lock keeps unsealed chunks readable at all
-            // times; the background uploader of the remote issue lifts this.
-            self.seal(full)?;
+        if let Some(writer) = full {
+            self.submit(writer)?;
         }
         Ok(())
     }
 
-    /// Seals the open pack, if any, making every chunk put so far durable.
+    /// Seals a pack and queues it for upload; it stays readable meanwhile.
+    fn submit(&self, writer: PackWriter) -> Result<()> {
+        let (id, bytes, entries) = writer.seal();
+        let by_id = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+        let sealed = Arc::new(Sealed { id, bytes, entries, by_id });
+        self.shared.uploads.lock().packs.push(sealed.clone());
+        let queue = self.queue.as_ref().expect("the queue lives until drop");
+        queue.send(sealed).map_err(|_| Error::new(crate::ErrorKind::Unavailable, "pack uploader stopped"))
+    }
+
+    /// Seals the open pack and waits until every pack is durable and
+    /// indexed. Returns the first upload error since the last flush.
     pub fn flush(&self) -> Result<()> {
-        let mut open = self.open.lock();
-        if open.is_empty() {
-            return Ok(());
+        let full = {
+            let mut open = self.open.lock();
+            (!open.is_empty()).then(|| std::mem::take(&mut *open))
+        };
+        if let Some(writer) = full {
+            self.submit(writer)?;
         }
-        let full = std::mem::take(&mut *open);
-        self.seal(full)
-    }
-
-    fn seal(&self, writer: PackWriter) -> Result<()> {
-        let (pack_id, bytes, entries) = writer.seal();
-        let len = bytes.len() as u64;
-        self.backend.put(&paths::pack(&pack_id), bytes)?;
-        self.index.add_pack(pack_id, len, &entries)?;
-        self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(pack = %pack_id, chunks = entries.len(), bytes = len, "sealed pack");
-        Ok(())
+        let mut u = self.shared.uploads.lock();
+        while !u.packs.is_empty() {
+            self.shared.done.wait(&mut u);
+        }
+        match u.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Reads a chunk, verified against its id.
@@ -133,6 +210,10 @@ impl ChunkStore {
             return Ok(b);
         }
         if let Some(r) = self.open.lock().read(id) {
+            return r;
+        }
+        let sealed = self.shared.uploads.lock().packs.iter().find(|p| p.by_id.contains_key(id)).cloned();
+        if let Some(r) = sealed.and_then(|p| p.read(id)) {
             return r;
         }
         let loc = self
@@ -146,11 +227,28 @@ impl ChunkStore {
         Ok(plain)
     }
 
+    /// Whether the store holds (or is writing) this chunk.
     pub fn contains(&self, id: &ChunkId) -> Result<bool> {
-        Ok(self.open.lock().contains(id) || self.index.has_chunk(id)?)
+        if self.open.lock().contains(id) {
+            return Ok(true);
+        }
+        if self.shared.uploads.lock().packs.iter().any(|p| p.by_id.contains_key(id)) {
+            return Ok(true);
+        }
+        self.index.has_chunk(id)
     }
 
     pub fn backend(&self) -> &Arc<Backend> {
         &self.backend
+    }
+}
+
+impl Drop for ChunkStore {
+    fn drop(&mut self) {
+        // Closing the queue ends the uploader after the packs already queued.
+        self.queue.take();
+        if let Some(t) = self.uploader.take() {
+            let _ = t.join();
+        }
     }
 }

@@ -73,21 +73,44 @@ impl Entry {
     }
 }
 
+thread_local! {
+    /// zstd contexts are costly to create (about 1 MiB each); keep one per thread.
+    static COMPRESSOR: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Encodes `plain` for storage: zstd when it saves at least 1/32, raw otherwise.
 pub fn compress(plain: &[u8], level: i32) -> (Codec, Vec<u8>) {
-    if let Ok(z) = zstd::bulk::compress(plain, level)
-        && z.len() < plain.len() - plain.len() / 32
-    {
-        return (Codec::Zstd, z);
+    let z = COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.as_ref().is_none_or(|(l, _)| *l != level) {
+            *c = zstd::bulk::Compressor::new(level).ok().map(|z| (level, z));
+        }
+        c.as_mut().and_then(|(_, z)| z.compress(plain).ok())
+    });
+    match z {
+        Some(z) if z.len() < plain.len() - plain.len() / 32 => (Codec::Zstd, z),
+        _ => (Codec::Raw, plain.to_vec()),
     }
-    (Codec::Raw, plain.to_vec())
 }
 
 /// Decodes a stored payload and verifies it against its id.
 pub fn decompress(entry: &Entry, stored: &[u8]) -> Result<Bytes> {
     let plain = match entry.codec {
         Codec::Raw => stored.to_vec(),
-        Codec::Zstd => zstd::bulk::decompress(stored, entry.plain_len as usize)
+        Codec::Zstd => DECOMPRESSOR
+            .with(|d| {
+                let mut d = d.borrow_mut();
+                if d.is_none() {
+                    *d = zstd::bulk::Decompressor::new().ok();
+                }
+                match d.as_mut() {
+                    Some(d) => d.decompress(stored, entry.plain_len as usize),
+                    None => Err(std::io::Error::other("no zstd context")),
+                }
+            })
             .map_err(|e| Error::corrupt(format!("chunk {} does not decompress: {e}", entry.id)))?,
     };
     if plain.len() != entry.plain_len as usize || ChunkId::of(&plain) != entry.id {

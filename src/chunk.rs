@@ -100,7 +100,8 @@ impl ChunkStore {
     pub fn new(backend: Arc<Backend>, index: Arc<Index>, config: ChunkConfig) -> ChunkStore {
         let items = (config.cache_bytes / 4096).max(16) as usize;
         let cache = quick_cache::sync::Cache::with_weighter(items, config.cache_bytes, ByteWeight);
-        let shared = Arc::new(Shared { uploads: Mutex::new(Uploads::default()), done: Condvar::new() });
+        let shared =
+            Arc::new(Shared { uploads: Mutex::new(Uploads::default()), done: Condvar::new() });
         let stats = Arc::new(ChunkStats::default());
         // Two packs in flight at most: sealing a third waits (backpressure).
         let (tx, rx) = crossbeam::channel::bounded::<Arc<Sealed>>(1);
@@ -155,7 +156,8 @@ impl ChunkStore {
             self.stats.chunks_deduped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let plain_len = u32::try_from(data.len()).map_err(|_| Error::invalid("chunk over 4 GiB"))?;
+        let plain_len =
+            u32::try_from(data.len()).map_err(|_| Error::invalid("chunk over 4 GiB"))?;
         let (codec, stored) = pack::compress(data, self.config.zstd_level);
         let full = {
             let mut open = self.open.lock();
@@ -181,7 +183,9 @@ impl ChunkStore {
         let sealed = Arc::new(Sealed { id, bytes, entries, by_id });
         self.shared.uploads.lock().packs.push(sealed.clone());
         let queue = self.queue.as_ref().expect("the queue lives until drop");
-        queue.send(sealed).map_err(|_| Error::new(crate::ErrorKind::Unavailable, "pack uploader stopped"))
+        queue
+            .send(sealed)
+            .map_err(|_| Error::new(crate::ErrorKind::Unavailable, "pack uploader stopped"))
     }
 
     /// Seals the open pack and waits until every pack is durable and
@@ -212,7 +216,8 @@ impl ChunkStore {
         if let Some(r) = self.open.lock().read(id) {
             return r;
         }
-        let sealed = self.shared.uploads.lock().packs.iter().find(|p| p.by_id.contains_key(id)).cloned();
+        let sealed =
+            self.shared.uploads.lock().packs.iter().find(|p| p.by_id.contains_key(id)).cloned();
         if let Some(r) = sealed.and_then(|p| p.read(id)) {
             return r;
         }

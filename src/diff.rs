@@ -108,10 +108,14 @@ impl Store {
                 h.overlay().for_each(&mut |e| {
                     match e.space {
                         Space::Root => keys.insert((Space::Root, e.key)),
+                        Space::Zeroed => false,
                         s => keys.insert((s, e.owner)),
                     };
                     Ok(())
                 })?;
+                for k in h.zeroed_base_keys(h.state().root)? {
+                    keys.insert((Space::Root, k));
+                }
             }
         }
         match ka {

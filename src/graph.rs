@@ -123,6 +123,7 @@ impl Store {
         }
         self.index().write(b, true)?;
         head.set_state(new_head.clone());
+        head.clear_zeroed();
         if let Some(f) = floor {
             self.datalog().drop_below(vol, f)?;
         }
@@ -257,6 +258,7 @@ impl Store {
         head.overlay().clear(&mut b);
         self.index().write(b, true)?;
         head.set_state(new_head);
+        head.clear_zeroed();
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");
         Ok(pre)
     }

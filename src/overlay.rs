@@ -25,6 +25,8 @@ pub enum Space {
     Dir = 1,
     /// The blocks of file `owner`.
     File = 2,
+    /// Ranges of blocks of a block volume zeroed since the last checkpoint.
+    Zeroed = 3,
 }
 
 impl Space {
@@ -33,6 +35,7 @@ impl Space {
             0 => Ok(Space::Root),
             1 => Ok(Space::Dir),
             2 => Ok(Space::File),
+            3 => Ok(Space::Zeroed),
             _ => Err(Error::corrupt(format!("overlay space {b} is unknown"))),
         }
     }

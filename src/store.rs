@@ -271,7 +271,7 @@ impl Store {
             return Ok(h);
         }
         let state = self.head_record(rec.id)?;
-        let head = Arc::new(Head::new(self.clone(), rec.clone(), state));
+        let head = Arc::new(Head::new(self.clone(), rec.clone(), state)?);
         heads.insert(rec.id, Arc::downgrade(&head));
         Ok(head)
     }

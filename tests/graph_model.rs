@@ -5,7 +5,7 @@
 use forkfs::{SnapshotOptions, Store, StoreConfig, Target, VersionId, VolumeKind};
 use proptest::prelude::*;
 
-const SIZE: usize = 256 << 10;
+const SIZE: usize = 2 << 20;
 const BS: u32 = 4096;
 
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..4usize, 0..SIZE, 1..20_000usize, any::<u8>()).prop_map(|(vol, off, len, byte)| Op::Write { vol, off, len, byte }),
         1 => (0..4usize, 0..SIZE, 1..40_000usize).prop_map(|(vol, off, len)| Op::Zero { vol, off, len }),
+        // Large enough for range tombstones (256+ whole blocks).
+        1 => (0..4usize, 0..SIZE / 2, (SIZE / 2)..SIZE).prop_map(|(vol, off, len)| Op::Zero { vol, off, len }),
         3 => (0..4usize, any::<bool>()).prop_map(|(vol, named)| Op::Snapshot { vol, named }),
         1 => (0..64usize).prop_map(|version| Op::Fork { version }),
         1 => (0..4usize, 0..64usize).prop_map(|(vol, version)| Op::Restore { vol, version }),

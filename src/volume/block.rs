@@ -48,9 +48,31 @@ impl Head {
         self.mutate(offset, data.len() as u64, |m, b| m.write(b, offset, data))
     }
 
-    /// Zeroes a range; whole blocks become holes without writing data.
+    /// Zeroes a range; whole blocks become holes without writing data, and
+    /// large runs of them one range tombstone.
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
-        self.mutate(offset, len, |m, b| m.zero(b, offset, len))
+        let bs = self.record().block_size as u64;
+        let (first, end) = (offset.div_ceil(bs), offset.saturating_add(len) / bs);
+        if end.saturating_sub(first) < super::zeroed::RANGE_MIN_BLOCKS {
+            return self.mutate(offset, len, |m, b| m.zero(b, offset, len));
+        }
+        self.check_range(offset, len)?;
+        let _gate = self.gate.read();
+        self.check_live()?;
+        let m = self.block_map()?;
+        // Every stripe: no read-modify-write may see the range half published.
+        let _stripes = self.lock_block_range(0, first, end);
+        let mut b = WriteBatch::default();
+        if offset < first * bs {
+            m.zero(&mut b, offset, first * bs - offset)?;
+        }
+        if end * bs < offset + len {
+            m.zero(&mut b, end * bs, offset + len - end * bs)?;
+        }
+        let range = self.zero_blocks(&mut b, first, end);
+        self.store.index().write(b, false)?;
+        self.publish_zeroed(range);
+        Ok(())
     }
 
     /// Discards a range. forkfs always reads discarded ranges as zeros.
@@ -93,8 +115,13 @@ impl Head {
 impl Head {
     /// Indexes of blocks that hold data (not holes), in order.
     pub fn allocated_blocks(&self) -> Result<Vec<u64>> {
+        self.allocated_blocks_in(0, u64::MAX)
+    }
+
+    /// Indexes of blocks in `first..=last` that hold data, in order.
+    pub fn allocated_blocks_in(&self, first: u64, last: u64) -> Result<Vec<u64>> {
         let _gate = self.gate.read();
-        self.block_map()?.allocated(0, u64::MAX)
+        self.block_map()?.allocated(first, last)
     }
 }
 
@@ -127,6 +154,16 @@ pub fn allocated_in_version(
     store: &crate::store::Store,
     version: &crate::version::VersionRecord,
 ) -> Result<Vec<u64>> {
+    allocated_in_version_range(store, version, 0, u64::MAX)
+}
+
+/// Block indexes in `first..=last` of a frozen version that hold data.
+pub fn allocated_in_version_range(
+    store: &crate::store::Store,
+    version: &crate::version::VersionRecord,
+    first: u64,
+    last: u64,
+) -> Result<Vec<u64>> {
     let map = BlockMap {
         view: View::Frozen(store),
         space: Space::Root,
@@ -134,5 +171,5 @@ pub fn allocated_in_version(
         base: version.root,
         block_size: version.block_size as u64,
     };
-    map.allocated(0, u64::MAX)
+    map.allocated(first, last)
 }

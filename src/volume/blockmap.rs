@@ -149,6 +149,9 @@ impl BlockMap<'_> {
             },
         )?;
         let View::Live(head) = self.view else { return Ok(set.into_iter().collect()) };
+        if self.space == Space::Root {
+            set.retain(|k| !head.in_zeroed(*k));
+        }
         for (k, d) in head.overlay().scan(self.space, self.owner, first, last)? {
             match d {
                 Dirty::Delete => set.remove(&k),

@@ -9,6 +9,7 @@ pub mod block;
 mod blockmap;
 pub mod fs;
 pub mod inode;
+mod zeroed;
 
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
@@ -37,6 +38,8 @@ pub struct Head {
     /// Serializes namespace and inode-record changes of an fs volume.
     pub(crate) ns: Mutex<()>,
     deleted: AtomicBool,
+    /// Zeroed block ranges of a block volume (see `zeroed.rs`): start -> end.
+    zeroed: RwLock<BTreeMap<u64, u64>>,
 }
 
 /// What a reader sees: a live head (overlay over base) or a frozen
@@ -86,8 +89,8 @@ pub enum Found {
 }
 
 impl Head {
-    pub(crate) fn new(store: Store, record: VolumeRecord, state: HeadRecord) -> Head {
-        Head {
+    pub(crate) fn new(store: Store, record: VolumeRecord, state: HeadRecord) -> Result<Head> {
+        let head = Head {
             store,
             record,
             state: RwLock::new(state),
@@ -95,7 +98,11 @@ impl Head {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             ns: Mutex::new(()),
             deleted: AtomicBool::new(false),
-        }
+            zeroed: RwLock::new(BTreeMap::new()),
+        };
+        let ranges = zeroed::load(&head)?;
+        *head.zeroed.write() = ranges;
+        Ok(head)
     }
 
     pub fn record(&self) -> &VolumeRecord {
@@ -169,6 +176,7 @@ impl Head {
                 Some(d) => Ok(Some(Found::Data(d))),
                 None => Ok(self.map().get(base, key)?.map(Found::Value)),
             },
+            None if space == Space::Root && self.in_zeroed(key) => Ok(None),
             None => Ok(self.map().get(base, key)?.map(Found::Value)),
         }
     }
@@ -199,16 +207,28 @@ impl Head {
         let base = self.state.read().root;
         match self.record.kind {
             VolumeKind::Block => {
-                let mut ups = Vec::new();
+                let mut ups = BTreeMap::new();
                 self.overlay().for_each(&mut |e| {
-                    if e.space != Space::Root || e.owner != 0 {
-                        return Err(Error::corrupt("block volume overlay holds a non-block entry"));
-                    }
-                    if let Some(u) = self.resolve(e.dirty)? {
-                        ups.push((e.key, u));
+                    match (e.space, e.owner) {
+                        (Space::Root, 0) => {
+                            if let Some(u) = self.resolve(e.dirty)? {
+                                ups.insert(e.key, u);
+                            }
+                        }
+                        (Space::Zeroed, 0) => {}
+                        _ => {
+                            return Err(Error::corrupt(
+                                "block volume overlay holds a non-block entry",
+                            ));
+                        }
                     }
                     Ok(())
                 })?;
+                // Blocks written after a range was zeroed have entries and win.
+                for k in self.zeroed_base_keys(base)? {
+                    ups.entry(k).or_insert(None);
+                }
+                let ups: Vec<Update> = ups.into_iter().collect();
                 self.map().apply(base, &ups)
             }
             VolumeKind::Fs => self.fold_fs(base),

@@ -1,40 +1,124 @@
 //! `forkfs-nbd`: serves forkfs block volumes over the NBD protocol.
 
+mod export;
+mod negotiate;
+mod proto;
+mod server;
+mod session;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "forkfs-nbd", version, about = "Serve forkfs block volumes over NBD")]
 struct Cli {
-    /// Store directory
+    /// Store directory [default: $XDG_DATA_HOME/forkfs]
     #[arg(long, env = "FORKFS_STORE", global = true)]
     store: Option<PathBuf>,
+    /// Log verbosity (also RUST_LOG)
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve volumes (VOL read-write, VOL@VERSION read-only)
+    /// Serve volumes: VOL is the live head (read-write), VOL@VERSION a version (read-only)
     Serve {
-        /// TCP address to listen on
-        #[arg(long, default_value = "127.0.0.1:10809")]
-        listen: String,
+        /// TCP address to listen on [default: 127.0.0.1:10809 unless --socket is given]
+        #[arg(long)]
+        listen: Option<String>,
         /// Unix socket to listen on
         #[arg(long)]
         socket: Option<PathBuf>,
-        /// Serve only these exports (default: every block volume)
+        /// Serve only these exports (VOL or VOL@VERSION; default: every block volume)
         #[arg(long)]
         export: Vec<String>,
+        /// Take a version of changed volumes this often
+        #[arg(long, default_value = "30s", value_parser = humantime_secs)]
+        checkpoint_every: Duration,
+        /// After a FLUSH, take a version if this long passed since the last one
+        #[arg(long, default_value = "1s", value_parser = humantime_secs)]
+        checkpoint_after_flush: Duration,
     },
+}
+
+fn humantime_secs(s: &str) -> Result<Duration, String> {
+    let (num, unit) =
+        s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 500ms, 30s, 5m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn default_store() -> PathBuf {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("forkfs")
 }
 
 fn main() {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Serve { .. } => {
-            eprintln!("forkfs-nbd: the NBD server is not built yet (see the NBD server issue)");
-            std::process::exit(69);
-        }
+    let level = ["info", "info", "debug", "trace"][cli.verbose.min(3) as usize];
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(cli) {
+        eprintln!("forkfs-nbd: {e:#}");
+        std::process::exit(1);
     }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let Command::Serve { listen, socket, export, checkpoint_every, checkpoint_after_flush } =
+        cli.command;
+    let dir = cli.store.unwrap_or_else(default_store);
+    let store = forkfs::Store::open(&dir)?;
+    let exports = Arc::new(export::Exports::new(store, export.clone()));
+    for name in &export {
+        exports.open(name).map_err(|e| anyhow::anyhow!("export {name}: {e}"))?;
+    }
+    let listen = match (&listen, &socket) {
+        (None, None) => Some("127.0.0.1:10809".to_string()),
+        _ => listen,
+    };
+    let cfg = server::ServerConfig {
+        listen,
+        socket,
+        session: session::SessionConfig { checkpoint_after_flush },
+        checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("forkfs-nbd")
+        .build()?;
+    rt.block_on(async move {
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing a SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+            }
+        };
+        server::run(exports, cfg, shutdown).await
+    })?;
+    tracing::info!("stopped");
+    Ok(())
 }

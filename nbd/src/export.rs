@@ -1,0 +1,234 @@
+//! Exports: what a client attaches to. `VOL` is a block volume's live head
+//! (read-write); `VOL@VERSION` is one of its versions (read-only). All I/O
+//! is blocking core calls; sessions run them on tokio's blocking pool.
+//! Core errors become NBD errnos in exactly one place, [`errno`].
+
+use crate::proto::Errno;
+use forkfs::volume::block::{allocated_in_version_range, read_version};
+use forkfs::{ErrorKind, Head, SnapshotOptions, Store, Target, VersionRecord, VolumeKind};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The one mapping from core error kinds to NBD errnos.
+pub fn errno(e: &forkfs::Error) -> Errno {
+    match e.kind() {
+        ErrorKind::InvalidInput => Errno::Inval,
+        ErrorKind::NoSpace => Errno::NoSpc,
+        ErrorKind::ReadOnly => Errno::Perm,
+        ErrorKind::NotFound | ErrorKind::Corrupt | ErrorKind::Unavailable | ErrorKind::Conflict => {
+            Errno::Io
+        }
+    }
+}
+
+/// Per-export counters, logged when sessions end and at shutdown.
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub flushes: AtomicU64,
+    pub zeroes: AtomicU64,
+    pub errors: AtomicU64,
+    pub checkpoints: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+enum Backing {
+    Live(Arc<Head>),
+    Version(VersionRecord),
+}
+
+pub struct Export {
+    pub name: String,
+    pub description: String,
+    pub size: u64,
+    pub block_size: u32,
+    pub read_only: bool,
+    store: Store,
+    backing: Backing,
+    pub counters: Counters,
+    /// When the version graph last advanced (flush mode checkpoints).
+    last_checkpoint: Mutex<Instant>,
+}
+
+impl Export {
+    pub fn read(&self, offset: u64, len: u32) -> forkfs::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len as usize];
+        match &self.backing {
+            Backing::Live(h) => h.read_at(offset, &mut buf)?,
+            Backing::Version(v) => read_version(&self.store, v, offset, &mut buf)?,
+        }
+        Counters::add(&self.counters.reads, 1);
+        Counters::add(&self.counters.bytes_read, len as u64);
+        Ok(buf)
+    }
+
+    fn head(&self) -> forkfs::Result<&Arc<Head>> {
+        match &self.backing {
+            Backing::Live(h) => Ok(h),
+            Backing::Version(_) => {
+                Err(forkfs::Error::read_only("this export is a read-only version"))
+            }
+        }
+    }
+
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> forkfs::Result<()> {
+        self.head()?.write_at(offset, data)?;
+        Counters::add(&self.counters.writes, 1);
+        Counters::add(&self.counters.bytes_written, data.len() as u64);
+        if fua { self.flush() } else { Ok(()) }
+    }
+
+    /// TRIM and WRITE_ZEROES: metadata only (holes, range tombstones).
+    pub fn zero(&self, offset: u64, len: u64, fua: bool) -> forkfs::Result<()> {
+        self.head()?.write_zeroes(offset, len)?;
+        Counters::add(&self.counters.zeroes, 1);
+        if fua { self.flush() } else { Ok(()) }
+    }
+
+    /// Makes every acknowledged write durable on local disk.
+    pub fn flush(&self) -> forkfs::Result<()> {
+        if let Backing::Live(h) = &self.backing {
+            h.flush()?;
+            Counters::add(&self.counters.flushes, 1);
+        }
+        Ok(())
+    }
+
+    /// Records the head as an automatic version if it changed and at least
+    /// `min_interval` passed since the last one. Returns whether it did.
+    pub fn checkpoint(&self, min_interval: Duration) -> forkfs::Result<bool> {
+        let Backing::Live(h) = &self.backing else { return Ok(false) };
+        {
+            let last = self.last_checkpoint.lock();
+            if last.elapsed() < min_interval || h.is_clean()? {
+                return Ok(false);
+            }
+        }
+        let opts = SnapshotOptions {
+            origin: Some(forkfs::Origin::Auto),
+            skip_if_clean: true,
+            ..Default::default()
+        };
+        self.store.snapshot(h.record().name.as_str(), &opts)?;
+        *self.last_checkpoint.lock() = Instant::now();
+        Counters::add(&self.counters.checkpoints, 1);
+        Ok(true)
+    }
+
+    /// Indexes of blocks in `first..=last` holding data.
+    pub fn allocated(&self, first: u64, last: u64) -> forkfs::Result<Vec<u64>> {
+        match &self.backing {
+            Backing::Live(h) => h.allocated_blocks_in(first, last),
+            Backing::Version(v) => allocated_in_version_range(&self.store, v, first, last),
+        }
+    }
+
+    /// Byte ranges changed between version `since` and this export's state.
+    pub fn changed_since(&self, since: &VersionRecord) -> forkfs::Result<Vec<(u64, u64)>> {
+        let here = match &self.backing {
+            Backing::Live(h) => Target::Head(h.record().clone()),
+            Backing::Version(v) => Target::Version(v.clone()),
+        };
+        match self.store.diff(&Target::Version(since.clone()), &here)? {
+            forkfs::Diff::Block { ranges, .. } => {
+                Ok(ranges.iter().map(|r| (r.offset, r.len)).collect())
+            }
+            forkfs::Diff::Fs { .. } => Err(forkfs::Error::invalid("not a block volume")),
+        }
+    }
+
+    /// Resolves a version of this export's volume (for meta contexts).
+    pub fn resolve_version(&self, spec: &str) -> forkfs::Result<VersionRecord> {
+        let vol = match &self.backing {
+            Backing::Live(h) => h.record().name.to_string(),
+            Backing::Version(v) => v.volume_name.to_string(),
+        };
+        match self.store.resolve(&format!("{vol}@{spec}"))? {
+            Target::Version(v) => Ok(v),
+            Target::Head(_) => Err(forkfs::Error::invalid("name a version")),
+        }
+    }
+}
+
+/// The exports a server offers, opened on first use and shared by sessions.
+pub struct Exports {
+    store: Store,
+    only: Vec<String>,
+    open: Mutex<HashMap<String, Arc<Export>>>,
+}
+
+impl Exports {
+    pub fn new(store: Store, only: Vec<String>) -> Exports {
+        Exports { store, only, open: Mutex::new(HashMap::new()) }
+    }
+
+    fn allowed(&self, name: &str) -> bool {
+        let vol = name.split('@').next().unwrap_or(name);
+        self.only.is_empty() || self.only.iter().any(|o| o == name || o == vol)
+    }
+
+    /// Names for NBD_OPT_LIST: every block volume (or the configured ones).
+    pub fn list(&self) -> forkfs::Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for v in self.store.volumes()? {
+            if v.kind == VolumeKind::Block && self.allowed(v.name.as_str()) {
+                out.push((v.name.to_string(), format!("forkfs block volume, {} bytes", v.size)));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn open(&self, name: &str) -> forkfs::Result<Arc<Export>> {
+        if !self.allowed(name) {
+            return Err(forkfs::Error::not_found(format!("export {name:?} is not served")));
+        }
+        if let Some(e) = self.open.lock().get(name) {
+            return Ok(e.clone());
+        }
+        let (backing, size, block_size, description) = match self.store.resolve(name)? {
+            Target::Head(v) => {
+                if v.kind != VolumeKind::Block {
+                    return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
+                }
+                let h = self.store.open_volume(v.name.as_str())?;
+                (Backing::Live(h), v.size, v.block_size, format!("forkfs volume {name} (live)"))
+            }
+            Target::Version(v) => {
+                if v.kind != VolumeKind::Block {
+                    return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
+                }
+                let d = format!("forkfs version {}@{} (read-only)", v.volume_name, v.id.short());
+                (Backing::Version(v.clone()), v.size, v.block_size, d)
+            }
+        };
+        let export = Arc::new(Export {
+            name: name.to_string(),
+            description,
+            size,
+            block_size,
+            read_only: matches!(backing, Backing::Version(_)),
+            store: self.store.clone(),
+            backing,
+            counters: Counters::default(),
+            last_checkpoint: Mutex::new(Instant::now()),
+        });
+        self.open.lock().insert(name.to_string(), export.clone());
+        Ok(export)
+    }
+
+    /// Every export opened so far.
+    pub fn opened(&self) -> Vec<Arc<Export>> {
+        self.open.lock().values().cloned().collect()
+    }
+}

@@ -1,0 +1,143 @@
+//! Listeners and lifecycle: accept TCP and Unix connections, run the
+//! handshake and a session for each, and on shutdown stop accepting, let
+//! sessions finish their in-flight requests, then persist every export.
+
+use crate::export::Exports;
+use crate::negotiate::negotiate;
+use crate::session::{SessionConfig, serve};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+pub struct ServerConfig {
+    pub listen: Option<String>,
+    pub socket: Option<PathBuf>,
+    pub session: SessionConfig,
+    /// Versions are also taken on this timer when a head changed.
+    pub checkpoint_every: Duration,
+}
+
+async fn handle<S>(
+    mut s: S,
+    exports: Arc<Exports>,
+    cfg: SessionConfig,
+    stop: watch::Receiver<bool>,
+    peer: String,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let span = tracing::info_span!("conn", %peer);
+    let _e = span.enter();
+    let n = match negotiate(&mut s, &exports).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::info!(error = %e, "handshake ended");
+            return;
+        }
+    };
+    let name = n.export.name.clone();
+    tracing::info!(export = %name, structured = n.structured, "attached");
+    match serve(s, n, cfg, stop).await {
+        Ok(()) => tracing::info!(export = %name, "detached"),
+        Err(e) => tracing::info!(export = %name, error = %e, "connection ended"),
+    }
+}
+
+/// Runs until `shutdown` resolves, then drains and persists.
+pub async fn run(
+    exports: Arc<Exports>,
+    cfg: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let tcp = match &cfg.listen {
+        Some(a) => Some(
+            TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("cannot listen on {a}: {e}"))?,
+        ),
+        None => None,
+    };
+    let unix = match &cfg.socket {
+        Some(p) => {
+            let _ = std::fs::remove_file(p);
+            Some(
+                UnixListener::bind(p)
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", p.display()))?,
+            )
+        }
+        None => None,
+    };
+    if let Some(t) = &tcp {
+        tracing::info!(addr = %t.local_addr()?, "listening (tcp)");
+    }
+    if let Some(p) = &cfg.socket {
+        tracing::info!(path = %p.display(), "listening (unix)");
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    let mut timer = tokio::time::interval(cfg.checkpoint_every);
+    timer.tick().await;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = timer.tick() => {
+                let ex = exports.clone();
+                tokio::task::spawn_blocking(move || checkpoint_all(&ex));
+            }
+            Ok((s, peer)) = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
+                let _ = s.set_nodelay(true);
+                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), peer.to_string()));
+            }
+            Ok((s, _)) = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
+                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), "unix".to_string()));
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    tracing::info!(connections = conns.len(), "shutting down: finishing in-flight requests");
+    drop(tcp);
+    drop(unix);
+    let _ = stop_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    let ex = exports.clone();
+    tokio::task::spawn_blocking(move || {
+        for e in ex.opened() {
+            if let Err(err) = e.flush() {
+                tracing::error!(export = %e.name, error = %err, "final flush failed");
+            }
+        }
+        checkpoint_all(&ex);
+        for e in ex.opened() {
+            let c = &e.counters;
+            tracing::info!(
+                export = %e.name,
+                reads = c.reads.load(Ordering::Relaxed),
+                writes = c.writes.load(Ordering::Relaxed),
+                bytes_read = c.bytes_read.load(Ordering::Relaxed),
+                bytes_written = c.bytes_written.load(Ordering::Relaxed),
+                flushes = c.flushes.load(Ordering::Relaxed),
+                zeroes = c.zeroes.load(Ordering::Relaxed),
+                errors = c.errors.load(Ordering::Relaxed),
+                checkpoints = c.checkpoints.load(Ordering::Relaxed),
+                "export counters"
+            );
+        }
+    })
+    .await?;
+    if let Some(p) = &cfg.socket {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+fn checkpoint_all(exports: &Exports) {
+    for e in exports.opened() {
+        if let Err(err) = e.checkpoint(Duration::ZERO) {
+            tracing::warn!(export = %e.name, error = %err, "checkpoint failed");
+        }
+    }
+}

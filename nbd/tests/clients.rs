@@ -128,3 +128,44 @@ fn qemu_io_patterns_read_back() {
     assert!(!out.contains("Pattern verification failed"), "{out}");
     assert!(!out.to_lowercase().contains("error"), "{out}");
 }
+
+#[test]
+fn changed_since_context_reports_exactly_the_blocks_written_after_a_version() {
+    let mut srv = Server::start(&[("disk", 64 * MIB)]);
+    nbdsh(&srv.uri("disk"), "h.pwrite(b'a' * (4 << 20), 0)\nh.flush()");
+    assert!(srv.stop().success());
+    {
+        let s = forkfs::Store::open(&srv.store).unwrap();
+        s.snapshot(
+            "disk",
+            &forkfs::SnapshotOptions { name: Some("base".into()), ..Default::default() },
+        )
+        .unwrap();
+    }
+    srv.spawn(&[]);
+    let script = r#"
+h.pwrite(b'b' * 65536, 10 * 65536)
+h.pwrite(b'c' * 100, 40 * 1024 * 1024)
+h.flush()
+h2 = nbd.NBD()
+h2.add_meta_context("forkfs:changed-since:base")
+h2.connect_uri(h.get_uri())
+assert h2.can_meta_context("forkfs:changed-since:base")
+runs = []
+def cb(ctx, offset, e, err):
+    pos = offset
+    for i in range(0, len(e), 2):
+        if e[i + 1] & 1:
+            runs.append((pos, e[i]))
+        pos += e[i]
+h2.block_status(h2.get_size(), 0, cb)
+print(runs)
+"#;
+    let out = nbdsh(&srv.uri("disk"), script);
+    assert_eq!(
+        out.trim(),
+        format!("[({}, 65536), ({}, 65536)]", 10 * 65536, 40 * MIB),
+        "{}",
+        srv.log()
+    );
+}

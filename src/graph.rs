@@ -14,7 +14,7 @@ use crate::index::CF_META;
 use crate::paths;
 use crate::store::Store;
 use crate::version::{
-    HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeRecord, keys, now_ms,
+    HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeKind, VolumeRecord, keys, now_ms,
 };
 use crate::volume::Head;
 use bytes::Bytes;
@@ -50,45 +50,68 @@ impl Target {
 
 impl Store {
     /// Records the head of `volume` as a new immutable version.
+    ///
+    /// Block volumes are folded while writers go on: the gate is held
+    /// exclusively only to rotate the data log at the start and to commit at
+    /// the end, so a client sees milliseconds of pause, not the fold.
     pub fn snapshot(&self, volume: &str, opts: &SnapshotOptions) -> Result<VersionRecord> {
         let head = self.open_volume(volume)?;
+        let _one = head.checkpoint.lock();
+        if head.kind() == VolumeKind::Block {
+            return self.checkpoint(&head, opts, false);
+        }
         let _gate = head.gate.write();
-        head.check_live()?;
-        self.snapshot_locked(&head, opts)
+        self.checkpoint(&head, opts, true)
     }
 
-    /// The snapshot itself; the caller holds the head's gate exclusively.
+    /// A snapshot by a caller that holds the head's checkpoint lock and its
+    /// gate exclusively (restore).
     pub(crate) fn snapshot_locked(
         &self,
         head: &Head,
         opts: &SnapshotOptions,
     ) -> Result<VersionRecord> {
+        self.checkpoint(head, opts, true)
+    }
+
+    /// `exclusive`: the caller holds the gate for the whole checkpoint;
+    /// otherwise it is taken for the two short phases only.
+    fn checkpoint(
+        &self,
+        head: &Head,
+        opts: &SnapshotOptions,
+        exclusive: bool,
+    ) -> Result<VersionRecord> {
+        let rec = head.record().clone();
         if let Some(n) = &opts.name {
             check_tag(n)?;
-            if self.index().get_meta(&keys::tag(head.record().id, n))?.is_some() {
+            if self.index().get_meta(&keys::tag(rec.id, n))?.is_some() {
                 return Err(Error::conflict(format!(
                     "volume {} already has a version named {n}",
-                    head.record().name
+                    rec.name
                 )));
             }
         }
-        let state = head.state();
-        let clean = head.is_clean()?;
-        if clean
-            && opts.skip_if_clean
-            && opts.name.is_none()
-            && let Some(base) = state.base
-            && let Ok(v) = self.version(&base)
-        {
-            return Ok(v);
-        }
-        let vol = head.record().id;
-        // New writes (after this checkpoint) go to a fresh log segment; the
-        // older ones are folded here and deleted once the version commits.
-        let floor = if clean { None } else { Some(self.datalog().rotate(vol)?) };
-        let root = if clean { state.root } else { head.fold()? };
+        // Phase 1: decide, and send new writes to a fresh log segment.
+        let (state, clean, floor) = {
+            let _g = (!exclusive).then(|| head.gate.write());
+            head.check_live()?;
+            let state = head.state();
+            let clean = head.is_clean()?;
+            if clean
+                && opts.skip_if_clean
+                && opts.name.is_none()
+                && let Some(base) = state.base
+                && let Ok(v) = self.version(&base)
+            {
+                return Ok(v);
+            }
+            let floor = if clean { None } else { Some(self.datalog().rotate(rec.id)?) };
+            (state, clean, floor)
+        };
+        // Phase 2: fold and make everything the version names durable.
+        let (root, folded) = if clean { (state.root, Vec::new()) } else { head.fold()? };
         self.chunks().flush()?;
-        let rec = head.record();
         let version = VersionRecord {
             format: RECORD_FORMAT,
             id: VersionId([0; 16]),
@@ -109,23 +132,37 @@ impl Store {
         .seal()?;
         let json = serde_json::to_vec_pretty(&version)?;
         self.chunks().backend().put(&paths::version(&version.id), Bytes::from(json))?;
+        // Phase 3: commit in one synced batch.
         let new_head = HeadRecord { base: Some(version.id), root, next_seq: state.next_seq + 1 };
-        let mut b = WriteBatch::default();
-        self.put_json(&mut b, &keys::version(&version.id), &version)?;
-        b.put_cf(self.index().cf(CF_META), keys::log(rec.id, version.seq), version.id.to_string());
-        if let Some(n) = &opts.name {
-            b.put_cf(self.index().cf(CF_META), keys::tag(rec.id, n), version.id.to_string());
+        {
+            let _g = (!exclusive).then(|| head.gate.write());
+            head.check_live()?;
+            let mut b = WriteBatch::default();
+            self.put_json(&mut b, &keys::version(&version.id), &version)?;
+            b.put_cf(
+                self.index().cf(CF_META),
+                keys::log(rec.id, version.seq),
+                version.id.to_string(),
+            );
+            if let Some(n) = &opts.name {
+                b.put_cf(self.index().cf(CF_META), keys::tag(rec.id, n), version.id.to_string());
+            }
+            self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
+            if exclusive {
+                head.overlay().clear(&mut b);
+            } else {
+                // Entries rewritten during the fold are newer than the version: they stay.
+                head.overlay().delete_unchanged(&mut b, &folded)?;
+            }
+            if let Some(f) = floor {
+                self.put_json(&mut b, &keys::log_floor(rec.id), &f)?;
+            }
+            self.index().write(b, true)?;
+            head.set_state(new_head.clone());
+            head.reload_zeroed()?;
         }
-        self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
-        head.overlay().clear(&mut b);
         if let Some(f) = floor {
-            self.put_json(&mut b, &keys::log_floor(vol), &f)?;
-        }
-        self.index().write(b, true)?;
-        head.set_state(new_head.clone());
-        head.clear_zeroed();
-        if let Some(f) = floor {
-            self.datalog().drop_below(vol, f)?;
+            self.datalog().drop_below(rec.id, f)?;
         }
         let head_obj = Bytes::from(serde_json::to_vec_pretty(&new_head)?);
         self.chunks().backend().put(&paths::head(rec.id), head_obj)?;
@@ -242,6 +279,7 @@ impl Store {
                 rec.name
             )));
         }
+        let _one = head.checkpoint.lock();
         let _gate = head.gate.write();
         head.check_live()?;
         let pre = self.snapshot_locked(
@@ -258,7 +296,7 @@ impl Store {
         head.overlay().clear(&mut b);
         self.index().write(b, true)?;
         head.set_state(new_head);
-        head.clear_zeroed();
+        head.reload_zeroed()?;
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");
         Ok(pre)
     }

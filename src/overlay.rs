@@ -84,6 +84,9 @@ pub fn key(vol: VolumeId, space: Space, owner: u64, key: u64) -> [u8; KEY_LEN] {
     k
 }
 
+/// An entry exactly as stored (key, value).
+pub type RawEntry = (Box<[u8]>, Box<[u8]>);
+
 /// A decoded overlay entry.
 #[derive(Clone, Debug)]
 pub struct Entry {
@@ -91,6 +94,8 @@ pub struct Entry {
     pub owner: u64,
     pub key: u64,
     pub dirty: Dirty,
+    /// The stored key and value, to tell later whether the entry changed.
+    pub raw: RawEntry,
 }
 
 /// The overlay of one volume.
@@ -154,7 +159,20 @@ impl<'a> Overlay<'a> {
                 owner: u64::from_be_bytes(k[9..17].try_into().expect("8 bytes")),
                 key: u64::from_be_bytes(k[17..25].try_into().expect("8 bytes")),
                 dirty: Dirty::decode(&v)?,
+                raw: (k, v),
             })?;
+        }
+        Ok(())
+    }
+
+    /// Adds to `batch` the removal of each entry still stored exactly as
+    /// given (entries rewritten since stay: they are newer).
+    pub fn delete_unchanged(&self, batch: &mut WriteBatch, entries: &[RawEntry]) -> Result<()> {
+        let cf = self.index.cf(CF_OVERLAY);
+        for (k, v) in entries {
+            if self.index.db().get_pinned_cf(cf, k)?.is_some_and(|cur| cur[..] == v[..]) {
+                batch.delete_cf(cf, k);
+            }
         }
         Ok(())
     }

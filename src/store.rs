@@ -281,6 +281,7 @@ impl Store {
     pub fn delete_volume(&self, name: &str) -> Result<()> {
         let rec = self.volume(name)?;
         let head = self.open_volume(name)?;
+        let _one = head.checkpoint.lock();
         let _gate = head.gate.write();
         let _g = self.inner.meta_lock.lock();
         let versions = self.log(&rec)?;

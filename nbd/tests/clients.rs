@@ -169,3 +169,32 @@ print(runs)
         srv.log()
     );
 }
+
+#[test]
+fn tcp_listener_serves_and_a_second_server_on_the_store_is_refused() {
+    let mut srv = Server::start(&[("disk", 16 * MIB)]);
+    // A second server (or any process) cannot take the store for writing.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_forkfs-nbd"))
+        .arg("--store")
+        .arg(&srv.store)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("in use by another forkfs process"), "{err}");
+    assert!(srv.stop().success());
+    // TCP, on a port the kernel picks; the server logs it.
+    srv.spawn(&["--listen", "127.0.0.1:0"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let addr = loop {
+        let log = srv.log();
+        if let Some(l) = log.lines().find(|l| l.contains("listening (tcp)")) {
+            break l.split("addr=").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no tcp listener: {log}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let size = ok("nbdinfo", &["--size", &format!("nbd://{addr}/disk")]);
+    assert_eq!(size.trim(), (16 * MIB).to_string());
+    assert!(srv.stop().success());
+}

@@ -37,9 +37,13 @@ pub struct Head {
     stripes: Vec<Mutex<()>>,
     /// Serializes namespace and inode-record changes of an fs volume.
     pub(crate) ns: Mutex<()>,
+    /// One checkpoint (or restore) of this head at a time.
+    pub(crate) checkpoint: Mutex<()>,
     deleted: AtomicBool,
-    /// Zeroed block ranges of a block volume (see `zeroed.rs`): start -> end.
+    /// Union of the zeroed block ranges of a block volume (see `zeroed.rs`): start -> end.
     zeroed: RwLock<BTreeMap<u64, u64>>,
+    /// Key of the next range entry.
+    zero_seq: std::sync::atomic::AtomicU64,
 }
 
 /// What a reader sees: a live head (overlay over base) or a frozen
@@ -97,11 +101,12 @@ impl Head {
             gate: RwLock::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             ns: Mutex::new(()),
+            checkpoint: Mutex::new(()),
             deleted: AtomicBool::new(false),
             zeroed: RwLock::new(BTreeMap::new()),
+            zero_seq: std::sync::atomic::AtomicU64::new(0),
         };
-        let ranges = zeroed::load(&head)?;
-        *head.zeroed.write() = ranges;
+        head.reload_zeroed()?;
         Ok(head)
     }
 
@@ -200,38 +205,46 @@ impl Head {
         self.overlay().is_empty()
     }
 
-    /// Folds the overlay into a new root. Must be called with the gate held
-    /// exclusively; the caller commits the root and clears the overlay in
-    /// one batch. Cost: O(dirty entries).
-    pub(crate) fn fold(&self) -> Result<MapRoot> {
+    /// Folds the overlay into a new root and returns it with the entries it
+    /// folded. Cost: O(dirty entries).
+    ///
+    /// fs volumes: call with the gate held exclusively; the caller clears
+    /// the whole overlay in its commit batch. Block volumes may be folded
+    /// while writers go on (the overlay is read through one consistent
+    /// iterator and the base root does not move); the commit then deletes
+    /// only the folded entries that are still unchanged.
+    pub(crate) fn fold(&self) -> Result<(MapRoot, Vec<crate::overlay::RawEntry>)> {
         let base = self.state.read().root;
         match self.record.kind {
             VolumeKind::Block => {
                 let mut ups = BTreeMap::new();
+                let mut ranges = Vec::new();
+                let mut folded = Vec::new();
                 self.overlay().for_each(&mut |e| {
-                    match (e.space, e.owner) {
-                        (Space::Root, 0) => {
+                    match (e.space, e.owner, &e.dirty) {
+                        (Space::Root, 0, _) => {
                             if let Some(u) = self.resolve(e.dirty)? {
                                 ups.insert(e.key, u);
                             }
                         }
-                        (Space::Zeroed, 0) => {}
+                        (Space::Zeroed, 0, Dirty::Value(v)) => ranges.push(zeroed::range_of(v)?),
                         _ => {
                             return Err(Error::corrupt(
                                 "block volume overlay holds a non-block entry",
                             ));
                         }
                     }
+                    folded.push(e.raw);
                     Ok(())
                 })?;
                 // Blocks written after a range was zeroed have entries and win.
-                for k in self.zeroed_base_keys(base)? {
+                for k in zeroed::base_keys(self.map(), base, &ranges)? {
                     ups.entry(k).or_insert(None);
                 }
                 let ups: Vec<Update> = ups.into_iter().collect();
-                self.map().apply(base, &ups)
+                Ok((self.map().apply(base, &ups)?, folded))
             }
-            VolumeKind::Fs => self.fold_fs(base),
+            VolumeKind::Fs => Ok((self.fold_fs(base)?, Vec::new())),
         }
     }
 

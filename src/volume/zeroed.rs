@@ -3,10 +3,11 @@
 //! so discarding a whole 1 TiB device (mkfs does) costs a few RocksDB
 //! operations, not 16 million.
 //!
-//! Stored as overlay entries in [`Space::Zeroed`] (key = first block,
-//! value = end block, exclusive), kept disjoint and merged, and mirrored in
-//! memory. Block entries written after a range override it (the range's
-//! creation deleted every older block entry inside it with a range delete).
+//! Stored as overlay entries in [`Space::Zeroed`], one per operation (key =
+//! a sequence number, value = first block | end block), never merged or
+//! changed; memory holds their union for lookups. Block entries written
+//! after a range override it (the range's creation deleted every older
+//! block entry inside it with a range delete).
 
 use super::Head;
 use crate::error::{Error, Result};
@@ -20,18 +21,33 @@ use std::collections::BTreeMap;
 /// Runs of at least this many whole blocks become one range tombstone.
 pub const RANGE_MIN_BLOCKS: u64 = 256;
 
-pub(crate) fn load(head: &Head) -> Result<BTreeMap<u64, u64>> {
-    let mut out = BTreeMap::new();
-    for (start, d) in head.overlay().scan(Space::Zeroed, 0, 0, u64::MAX)? {
+/// Reads the range entries of a head: their union (for lookups) and the
+/// next free entry key.
+pub(crate) fn load(head: &Head) -> Result<(BTreeMap<u64, u64>, u64)> {
+    let mut union = BTreeMap::new();
+    let mut next = 0;
+    for (seq, d) in head.overlay().scan(Space::Zeroed, 0, 0, u64::MAX)? {
         let Dirty::Value(v) = d else {
             return Err(Error::corrupt("zeroed range entry is not a value"));
         };
-        let end = u64::from_le_bytes(
-            v[..].try_into().map_err(|_| Error::corrupt("zeroed range end is not 8 bytes"))?,
-        );
-        out.insert(start, end);
+        let (a, b) = range_of(&v)?;
+        merge_into(&mut union, a, b);
+        next = next.max(seq + 1);
     }
-    Ok(out)
+    Ok((union, next))
+}
+
+/// Adds `[a, b)` to a union of disjoint ranges.
+fn merge_into(z: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
+    let (mut lo, mut hi) = (a, b);
+    let touching: Vec<(u64, u64)> =
+        z.range(..=b).filter(|(_, e)| **e >= a).map(|(s, e)| (*s, *e)).collect();
+    for (s, e) in touching {
+        lo = lo.min(s);
+        hi = hi.max(e);
+        z.remove(&s);
+    }
+    z.insert(lo, hi);
 }
 
 impl Head {
@@ -41,10 +57,13 @@ impl Head {
         z.range(..=idx).next_back().is_some_and(|(_, end)| idx < *end)
     }
 
-    /// Adds to `batch` the zeroing of blocks `[first, end)` as one range:
-    /// drops their block entries and merges the range with its neighbours.
-    /// Returns the merged range to publish with [`Head::publish_zeroed`]
-    /// once the batch is written. The caller holds every block stripe.
+    /// Adds to `batch` the zeroing of blocks `[first, end)` as one range
+    /// entry: drops the block entries inside it and records the range under
+    /// a key of its own. Range entries are never changed or merged on disk,
+    /// so every block entry inside a range is newer than the range, and a
+    /// checkpoint can fold them in any order. Publish the range with
+    /// [`Head::publish_zeroed`] once the batch is written; the caller holds
+    /// every block stripe.
     pub(crate) fn zero_blocks(&self, batch: &mut WriteBatch, first: u64, end: u64) -> (u64, u64) {
         let cf = self.store.index().cf(CF_OVERLAY);
         let vol = self.record().id;
@@ -53,47 +72,60 @@ impl Head {
             &overlay::key(vol, Space::Root, 0, first)[..],
             &overlay::key(vol, Space::Root, 0, end)[..],
         );
-        let (mut a, mut b) = (first, end);
-        let z = self.zeroed.read();
-        for (&s, &e) in z.range(..=end) {
-            if e >= first {
-                a = a.min(s);
-                b = b.max(e);
-                batch.delete_cf(cf, overlay::key(vol, Space::Zeroed, 0, s));
-            }
-        }
-        let d = Dirty::Value(Bytes::copy_from_slice(&b.to_le_bytes()));
-        self.overlay().put(batch, Space::Zeroed, 0, a, &d);
-        (a, b)
+        let seq = self.zero_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut v = first.to_le_bytes().to_vec();
+        v.extend_from_slice(&end.to_le_bytes());
+        self.overlay().put(batch, Space::Zeroed, 0, seq, &Dirty::Value(Bytes::from(v)));
+        (first, end)
     }
 
     pub(crate) fn publish_zeroed(&self, (a, b): (u64, u64)) {
-        let mut z = self.zeroed.write();
-        let overlapping: Vec<u64> =
-            z.range(..=b).filter(|(_, e)| **e >= a).map(|(s, _)| *s).collect();
-        for s in overlapping {
-            z.remove(&s);
-        }
-        z.insert(a, b);
+        merge_into(&mut self.zeroed.write(), a, b);
     }
 
-    /// Forgets the ranges (their entries went with the overlay).
-    pub(crate) fn clear_zeroed(&self) {
-        self.zeroed.write().clear();
+    /// Re-reads the ranges from the overlay after a commit changed it.
+    pub(crate) fn reload_zeroed(&self) -> Result<()> {
+        let (union, next) = load(self)?;
+        *self.zeroed.write() = union;
+        self.zero_seq.fetch_max(next, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Keys of `base` that the zeroed ranges cover: deletes for the fold,
-    /// changes for a diff. Cost: the blocks that exist there.
+    /// Keys of `base` that the zeroed ranges cover (changes for a diff).
     pub(crate) fn zeroed_base_keys(&self, base: crate::map::MapRoot) -> Result<Vec<u64>> {
         let ranges: Vec<(u64, u64)> = self.zeroed.read().iter().map(|(s, e)| (*s, *e)).collect();
-        let map = Map::new(self.store.chunks().as_ref());
-        let mut keys = Vec::new();
-        for (s, e) in ranges {
-            map.range(base, s, e - 1, &mut |k, _| {
-                keys.push(k);
-                true
-            })?;
-        }
-        Ok(keys)
+        base_keys(Map::new(self.store.chunks().as_ref()), base, &ranges)
     }
+}
+
+/// The blocks `[start, end)` of a range entry's value (start u64 | end u64).
+pub(crate) fn range_of(v: &[u8]) -> Result<(u64, u64)> {
+    if v.len() != 16 {
+        return Err(Error::corrupt("zeroed range entry is not 16 bytes"));
+    }
+    let a = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+    let b = u64::from_le_bytes(v[8..].try_into().expect("8 bytes"));
+    if b <= a {
+        return Err(Error::corrupt("zeroed range entry is empty"));
+    }
+    Ok((a, b))
+}
+
+/// Keys of `base` inside the ranges `[start, end)`. Cost: the blocks that exist there.
+pub(crate) fn base_keys(
+    map: Map<'_, crate::chunk::ChunkStore>,
+    base: crate::map::MapRoot,
+    ranges: &[(u64, u64)],
+) -> Result<Vec<u64>> {
+    let mut keys = Vec::new();
+    for &(s, e) in ranges {
+        if e <= s {
+            return Err(Error::corrupt("empty zeroed range"));
+        }
+        map.range(base, s, e - 1, &mut |k, _| {
+            keys.push(k);
+            true
+        })?;
+    }
+    Ok(keys)
 }

@@ -2,8 +2,9 @@
 //! and the fold that turns them into a new root at a checkpoint.
 //!
 //! Reads look in the overlay, then in the base tree. Writers share the
-//! `gate`; a checkpoint takes it exclusively, so a version contains exactly
-//! the writes acknowledged before it.
+//! `gate`; a checkpoint takes it exclusively only to start and to commit
+//! (block volumes) or throughout (fs volumes), and folds a consistent view,
+//! so a version contains exactly the writes acknowledged before a point.
 
 pub mod block;
 mod blockmap;

@@ -11,6 +11,48 @@ use std::sync::{Arc, Mutex};
 const SIZE: usize = 8 << 20;
 const BS: u32 = 4096;
 
+/// (zero?, offset, length, op number)
+type Op = (bool, usize, usize, u32);
+
+fn op_data((_, _, len, i): Op) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 7 + j / 100) as u8 | 1).collect()
+}
+
+fn apply(m: &mut [u8], op: Op) {
+    let (zero, off, len, _) = op;
+    if zero {
+        m[off..off + len].fill(0);
+    } else {
+        m[off..off + len].copy_from_slice(&op_data(op));
+    }
+}
+
+/// On failure: the prefix state closest to a bad version, and what differs.
+fn explain(ops: &[Op], version: &[u8]) {
+    let differing = |m: &[u8]| -> Vec<usize> {
+        let pairs = m.chunks(4096).zip(version.chunks(4096)).enumerate();
+        pairs.filter(|(_, (a, b))| a != b).map(|(k, _)| k).collect()
+    };
+    let mut m = vec![0u8; SIZE];
+    let mut best = (usize::MAX, 0, Vec::new());
+    for (n, op) in ops.iter().enumerate() {
+        apply(&mut m, *op);
+        let d = differing(&m);
+        if d.len() < best.0 {
+            best = (d.len(), n, d);
+        }
+    }
+    let (count, n, blocks) = best;
+    eprintln!(
+        "closest prefix: after op {n} {:?}; {count} blocks differ: {:?}",
+        ops[n],
+        &blocks[..count.min(20)]
+    );
+    for (k, op) in ops.iter().enumerate().skip(n.saturating_sub(3)).take(8) {
+        eprintln!("  op {k}: {op:?} blocks {}..{}", op.1 / 4096, (op.1 + op.2 - 1) / 4096);
+    }
+}
+
 #[test]
 fn versions_taken_during_writes_are_prefix_states() {
     let dir = tempfile::tempdir().unwrap();
@@ -22,7 +64,7 @@ fn versions_taken_during_writes_are_prefix_states() {
     let done = Arc::new(AtomicBool::new(false));
     let mut model = vec![0u8; SIZE];
     states.lock().unwrap().insert(blake3::hash(&model));
-    let mut ops: Vec<(bool, usize, usize, u32)> = Vec::new();
+    let mut ops: Vec<Op> = Vec::new();
 
     let snapper = {
         let (store, done) = (store.clone(), done.clone());
@@ -45,15 +87,14 @@ fn versions_taken_during_writes_are_prefix_states() {
             _ => 4096,
         }
         .min(SIZE - off);
-        ops.push((i % 5 == 2, off, len, i));
-        if i % 5 == 2 {
+        let op = (i % 5 == 2, off, len, i);
+        ops.push(op);
+        if op.0 {
             head.write_zeroes(off as u64, len as u64).unwrap();
-            model[off..off + len].fill(0);
         } else {
-            let data: Vec<u8> = (0..len).map(|j| (i as usize * 7 + j / 100) as u8 | 1).collect();
-            head.write_at(off as u64, &data).unwrap();
-            model[off..off + len].copy_from_slice(&data);
+            head.write_at(off as u64, &op_data(op)).unwrap();
         }
+        apply(&mut model, op);
         states.lock().unwrap().insert(blake3::hash(&model));
     }
     done.store(true, Ordering::Release);
@@ -64,54 +105,7 @@ fn versions_taken_during_writes_are_prefix_states() {
     for v in &versions {
         forkfs::volume::block::read_version(&store, v, 0, &mut buf).unwrap();
         if !states.contains(&blake3::hash(&buf)) {
-            let mut m = vec![0u8; SIZE];
-            let mut best = (usize::MAX, 0);
-            for (n, &(z, off, len, i)) in ops.iter().enumerate() {
-                if z {
-                    m[off..off + len].fill(0);
-                } else {
-                    let data: Vec<u8> =
-                        (0..len).map(|j| (i as usize * 7 + j / 100) as u8 | 1).collect();
-                    m[off..off + len].copy_from_slice(&data);
-                }
-                let d = m.chunks(4096).zip(buf.chunks(4096)).filter(|(a, b)| a != b).count();
-                if d < best.0 {
-                    best = (d, n);
-                }
-            }
-            let n = best.1;
-            let mut m = vec![0u8; SIZE];
-            for &(z, off, len, i) in &ops[..=n] {
-                if z {
-                    m[off..off + len].fill(0);
-                } else {
-                    let data: Vec<u8> =
-                        (0..len).map(|j| (i as usize * 7 + j / 100) as u8 | 1).collect();
-                    m[off..off + len].copy_from_slice(&data);
-                }
-            }
-            let diffs: Vec<usize> = m
-                .chunks(4096)
-                .zip(buf.chunks(4096))
-                .enumerate()
-                .filter(|(_, (a, b))| a != b)
-                .map(|(k, _)| k)
-                .collect();
-            eprintln!(
-                "closest prefix: after op {n} {:?}; {} blocks differ: {:?}",
-                ops[n],
-                diffs.len(),
-                &diffs[..diffs.len().min(20)]
-            );
-            for (k, op) in ops.iter().enumerate().skip(n.saturating_sub(3)).take(8) {
-                eprintln!("  op {k}: {op:?} blocks {}..{}", op.1 / 4096, (op.1 + op.2 - 1) / 4096);
-            }
-            let d0 = diffs[0];
-            eprintln!(
-                "  version block {d0} zero={} model zero={}",
-                buf[d0 * 4096..(d0 + 1) * 4096].iter().all(|x| *x == 0),
-                m[d0 * 4096..(d0 + 1) * 4096].iter().all(|x| *x == 0)
-            );
+            explain(&ops, &buf);
         }
         assert!(
             states.contains(&blake3::hash(&buf)),

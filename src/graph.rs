@@ -360,3 +360,41 @@ fn check_tag(name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+impl Store {
+    /// Thins the automatic versions of `volume` by logarithmically spaced
+    /// retention and returns the versions removed (or that would be, with
+    /// `dry_run`). Named, pinned, head-base and fork-base versions stay.
+    /// Only records go; GC reclaims the data.
+    pub fn prune(
+        &self,
+        volume: &str,
+        policy: &crate::retention::Policy,
+        now_ms: u64,
+        dry_run: bool,
+    ) -> Result<Vec<VersionRecord>> {
+        let vol = self.volume(volume)?;
+        let versions = self.log(&vol)?;
+        let mut protected: std::collections::HashSet<VersionId> =
+            self.tags(&vol)?.into_iter().map(|(_, id)| id).collect();
+        protected.extend(self.head_record(vol.id)?.base);
+        protected.extend(self.volumes()?.into_iter().filter_map(|v| v.forked_from));
+        let candidates: Vec<crate::retention::Candidate> = versions
+            .iter()
+            .filter(|v| matches!(v.origin, Origin::Auto | Origin::SafePoint))
+            .filter(|v| !v.pinned && !protected.contains(&v.id))
+            .map(|v| crate::retention::Candidate { id: v.id, created_at_ms: v.created_at_ms })
+            .collect();
+        let doomed: std::collections::HashSet<VersionId> =
+            crate::retention::plan(&candidates, now_ms, policy).into_iter().collect();
+        let pruned: Vec<VersionRecord> =
+            versions.into_iter().filter(|v| doomed.contains(&v.id)).collect();
+        if !dry_run {
+            for v in &pruned {
+                self.delete_version(v)?;
+            }
+            tracing::info!(volume, pruned = pruned.len(), "prune");
+        }
+        Ok(pruned)
+    }
+}

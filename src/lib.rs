@@ -23,6 +23,7 @@ pub mod map;
 pub mod overlay;
 pub mod pack;
 pub mod paths;
+pub mod retention;
 pub mod stats;
 pub mod store;
 pub mod version;

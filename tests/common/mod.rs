@@ -35,7 +35,8 @@ pub fn fails(store: &Path, args: &[&str]) -> (i32, String) {
     let out = forkfs(store, args);
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "forkfs {args:?} unexpectedly succeeded");
-    assert!(err.starts_with("forkfs: "), "error is not a forkfs message: {err:?}");
+    let ours = ["forkfs: ", "forkfs-fsck: ", "forkfs-nbd: "];
+    assert!(ours.iter().any(|p| err.starts_with(p)), "error is not a forkfs message: {err:?}");
     assert_eq!(err.trim_end().lines().count(), 1, "error is not one line: {err:?}");
     assert!(!err.contains("panicked"), "forkfs panicked: {err}");
     (out.status.code().unwrap_or(-1), err)

@@ -1,0 +1,66 @@
+//! Retention pruning on a real store: only unprotected automatic versions
+//! go, and every version that stays still reads back.
+
+mod common;
+
+use forkfs::retention::Policy;
+use forkfs::{Origin, SnapshotOptions, Store, StoreConfig, VolumeKind};
+
+#[test]
+fn prune_thins_auto_versions_and_protects_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s"), StoreConfig::default()).unwrap();
+    store.create_volume("v", VolumeKind::Block, Some(1 << 20), Some(4096)).unwrap();
+    let head = store.open_volume("v").unwrap();
+    let auto = SnapshotOptions { origin: Some(Origin::Auto), ..Default::default() };
+    let mut all = Vec::new();
+    for i in 0..40u8 {
+        head.write_at(i as u64 * 4096, &[i + 1; 4096]).unwrap();
+        let opts = match i {
+            5 => SnapshotOptions {
+                name: Some("named".into()),
+                origin: Some(Origin::Auto),
+                ..Default::default()
+            },
+            9 => SnapshotOptions::default(), // manual
+            _ => auto.clone(),
+        };
+        all.push(store.snapshot("v", &opts).unwrap());
+    }
+    store.fork(&all[12], "child").unwrap();
+    // A year later, with buckets of 1 ms: almost every auto version is surplus.
+    let now = all.last().unwrap().created_at_ms + 365 * 24 * 3600 * 1000;
+    let policy = Policy { keep_recent: 3, unit_ms: 1, per_bucket: 1 };
+    let planned = store.prune("v", &policy, now, true).unwrap();
+    assert_eq!(
+        store.log(&store.volume("v").unwrap()).unwrap().len(),
+        40,
+        "dry run changed nothing"
+    );
+    let pruned = store.prune("v", &policy, now, false).unwrap();
+    assert_eq!(planned, pruned);
+    assert!(pruned.len() > 25, "only {} pruned", pruned.len());
+    let gone: std::collections::HashSet<_> = pruned.iter().map(|v| v.id).collect();
+    for (i, v) in all.iter().enumerate() {
+        let protected = i == 5 || i == 9 || i == 12 || i == 39;
+        assert!(!(protected && gone.contains(&v.id)), "protected version {i} was pruned");
+        if !gone.contains(&v.id) {
+            let mut buf = vec![0u8; 4096];
+            forkfs::volume::block::read_version(&store, v, i as u64 * 4096, &mut buf).unwrap();
+            assert_eq!(buf, vec![i as u8 + 1; 4096], "kept version {i} reads back");
+        }
+    }
+    assert!(store.check().unwrap().ok());
+}
+
+#[test]
+fn prune_dispatches_from_the_forkfs_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("store");
+    common::ok(&s, &["init"]);
+    common::ok(&s, &["volume", "create", "v", "--block", "--size", "1M"]);
+    let out = common::ok(&s, &["prune", "v", "--dry-run"]);
+    assert!(out.contains("0 versions would be pruned"), "{out}");
+    let (code, _) = common::fails(&s, &["prune", "nope"]);
+    assert_eq!(code, 66);
+}

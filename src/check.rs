@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::id::ChunkId;
 use crate::map::Map;
 use crate::map::node::Node;
+use crate::pack;
 use crate::store::Store;
 use crate::version::VolumeKind;
 use crate::volume::inode::{Content, Inode, META_KEY};
@@ -14,6 +15,7 @@ use std::collections::HashSet;
 
 #[derive(Serialize, Debug, Default)]
 pub struct CheckReport {
+    pub packs: usize,
     pub volumes: usize,
     pub versions: usize,
     pub nodes: usize,
@@ -38,6 +40,7 @@ impl Store {
     /// Reads and verifies every version and head of every volume.
     pub fn check(&self) -> Result<CheckReport> {
         let mut c = Checker { store: self, seen: HashSet::new(), report: CheckReport::default() };
+        c.packs()?;
         for vol in self.volumes()? {
             c.report.volumes += 1;
             let versions = match self.log(&vol) {
@@ -62,6 +65,41 @@ impl Store {
 }
 
 impl Checker<'_> {
+    /// Every indexed pack exists, has its recorded length, and its footer
+    /// verifies and lists as many chunks as the index says.
+    fn packs(&mut self) -> Result<()> {
+        let backend = self.store.chunks().backend().clone();
+        for (id, count, len) in self.store.index().packs()? {
+            self.report.packs += 1;
+            let key = crate::paths::pack(&id);
+            let res = (|| -> Result<()> {
+                let meta = backend.head(&key)?;
+                if meta.size != len {
+                    return Err(crate::Error::corrupt(format!(
+                        "is {} bytes, the index says {len}",
+                        meta.size
+                    )));
+                }
+                let tail =
+                    backend.get_range(&key, len.saturating_sub(pack::TRAILER_LEN as u64)..len)?;
+                let trailer = pack::Trailer::decode(&tail, len)?;
+                let footer = backend.get_range(&key, trailer.footer_range())?;
+                let entries = pack::decode_footer(&trailer, &footer)?;
+                if entries.len() != count as usize {
+                    return Err(crate::Error::corrupt(format!(
+                        "lists {} chunks, the index says {count}",
+                        entries.len()
+                    )));
+                }
+                Ok(())
+            })();
+            if let Err(e) = res {
+                self.report.problems.push(format!("pack {id}: {e}"));
+            }
+        }
+        Ok(())
+    }
+
     fn tree(&mut self, what: &str, kind: VolumeKind, root: crate::map::MapRoot) {
         if let Err(e) = self.walk(kind, root, true) {
             self.report.problems.push(format!("{what}: {e}"));

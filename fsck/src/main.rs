@@ -117,7 +117,8 @@ fn check(dir: &std::path::Path, json: bool) -> i32 {
             println!("problem: {p}");
         }
         println!(
-            "checked {} volumes, {} versions, {} chunks: {}",
+            "checked {} packs, {} volumes, {} versions, {} chunks: {}",
+            report.packs,
             report.volumes,
             report.versions,
             report.chunks,

@@ -4,6 +4,7 @@
 
 use forkfs::{SnapshotOptions, Store, StoreConfig, Target, VersionId, VolumeKind};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 const SIZE: usize = 2 << 20;
 const BS: u32 = 4096;
@@ -48,7 +49,11 @@ fn read_all(store: &Store, t: &Target) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn version_graph_matches_model(ops in prop::collection::vec(op(), 1..50)) {

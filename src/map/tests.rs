@@ -4,6 +4,7 @@ use super::*;
 use crate::error::Error;
 use parking_lot::Mutex;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use std::collections::{BTreeMap, HashMap};
 
 /// Nodes in memory, counting reads so tests can check costs.
@@ -101,7 +102,12 @@ fn build_from(map: &Map<MemNodes>, model: &BTreeMap<u64, Bytes>) -> MapRoot {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        // Regressions live next to this file (src/map/tests.proptest-regressions).
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn behaves_like_a_btreemap(ops in prop::collection::vec(op(), 1..60), probes in prop::collection::vec(key(), 10)) {

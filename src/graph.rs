@@ -19,7 +19,6 @@ use crate::version::{
 use crate::volume::Head;
 use bytes::Bytes;
 use rocksdb::WriteBatch;
-use std::sync::Arc;
 
 /// What to snapshot.
 #[derive(Clone, Debug, Default)]
@@ -340,11 +339,6 @@ impl Store {
         }
         self.index().write(b, true)?;
         self.chunks().backend().delete(&paths::version(&version.id))
-    }
-
-    /// Opens a volume and returns its shared head (a convenience for front-ends).
-    pub fn head(&self, volume: &str) -> Result<Arc<Head>> {
-        self.open_volume(volume)
     }
 }
 

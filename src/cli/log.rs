@@ -36,7 +36,7 @@ pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
             .collect();
         return print_json(&out);
     }
-    let head = store.head(&a.volume)?.state();
+    let head = store.open_volume(&a.volume)?.state();
     for (i, v) in versions.iter().enumerate() {
         let mut marks = Vec::new();
         if head.base == Some(v.id) {

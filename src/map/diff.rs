@@ -74,10 +74,10 @@ impl<S: NodeStore + ?Sized> Map<'_, S> {
             };
         }
         if a.level() > b.level() && a.covers(b.base()) {
-            return self.diff_contained(ia, a, ib, true, out);
+            return self.diff_contained(a, ib, true, out);
         }
         if b.level() > a.level() && b.covers(a.base()) {
-            return self.diff_contained(ib, b, ia, false, out);
+            return self.diff_contained(b, ia, false, out);
         }
         self.all(Some(ia), true, out)?;
         self.all(Some(ib), false, out)
@@ -87,7 +87,6 @@ impl<S: NodeStore + ?Sized> Map<'_, S> {
     /// spans it, and report every other child of `big` as one-sided.
     fn diff_contained(
         &self,
-        _big_id: ChunkId,
         big: Node,
         small: ChunkId,
         big_is_old: bool,

@@ -2,8 +2,9 @@
 //! index -> chunk id, absent = zeros) seen through a head's overlay. Serves
 //! both a block volume (one map) and the files of an fs volume (a map each).
 
-use super::{Found, View, chunk_id_of_value, is_zero};
+use super::{Found, View, is_zero};
 use crate::error::{Error, Result};
+use crate::id::ChunkId;
 use crate::map::Map;
 use crate::map::MapRoot;
 use crate::overlay::{Dirty, Space};
@@ -27,7 +28,7 @@ impl BlockMap<'_> {
             None => Ok(None),
             Some(Found::Data(d)) => Ok(Some(d)),
             Some(Found::Value(v)) => {
-                let id = chunk_id_of_value(&v)?;
+                let id = ChunkId::from_slice(&v)?;
                 let data = self.view.store().chunks().get(&id)?;
                 if data.len() as u64 != self.block_size {
                     return Err(Error::corrupt(format!(

@@ -13,7 +13,6 @@ pub mod inode;
 mod zeroed;
 
 use crate::error::{Error, Result};
-use crate::id::ChunkId;
 use crate::map::{Map, MapRoot, Update};
 use crate::overlay::{Dirty, Overlay, Space};
 use crate::store::Store;
@@ -311,8 +310,4 @@ pub fn is_zero(b: &[u8]) -> bool {
     let mut words = b.chunks_exact(16);
     words.all(|c| u128::from_ne_bytes(c.try_into().expect("16 bytes")) == 0)
         && words.remainder().iter().all(|x| *x == 0)
-}
-
-pub(crate) fn chunk_id_of_value(v: &[u8]) -> Result<ChunkId> {
-    ChunkId::from_slice(v)
 }

@@ -131,6 +131,15 @@ impl Backend {
         })
     }
 
+    /// Moves an object (a copy then a delete on most object stores).
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.fds.remove(from.as_ref());
+        let store = self.store.clone();
+        let (f, t) = (from.clone(), to.clone());
+        self.run(async move { Ok(store.rename(&f, &t).await?) })?;
+        self.sync_local(to)
+    }
+
     pub fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
         let store = self.store.clone();
         let p = Path::from(prefix);

@@ -17,10 +17,10 @@ use crate::index::Index;
 use crate::pack::{self, Entry, PackWriter};
 use crate::paths;
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Clone, Debug)]
 pub struct ChunkConfig {
@@ -94,6 +94,43 @@ pub struct ChunkStore {
     cache: quick_cache::sync::Cache<ChunkId, Bytes, ByteWeight>,
     config: ChunkConfig,
     pub stats: Arc<ChunkStats>,
+    gc: GcTrack,
+}
+
+/// What a running GC needs from writers (see `gc.rs`).
+#[derive(Default)]
+struct GcTrack {
+    active: AtomicBool,
+    /// Every chunk id put (stored or deduplicated) since the GC began.
+    reached: Mutex<HashSet<ChunkId>>,
+    /// Held shared by each write session; GC takes it exclusively for an
+    /// instant to wait out the sessions that began before it.
+    sessions: RwLock<()>,
+}
+
+/// Proof of a running write session: see [`ChunkStore::write_session`].
+pub struct WriteSession<'a>(#[allow(dead_code)] RwLockReadGuard<'a, ()>);
+
+/// A GC's view of writers while it runs; ends tracking when dropped.
+pub(crate) struct GcScope<'a> {
+    chunks: &'a ChunkStore,
+}
+
+impl GcScope<'_> {
+    /// Runs `f` with the set of ids writers reached so far, while no writer
+    /// can reach another (so a decision made in `f` cannot race a dedup hit).
+    pub fn with_reached<R>(&self, f: impl FnOnce(&HashSet<ChunkId>) -> R) -> R {
+        f(&self.chunks.gc.reached.lock())
+    }
+}
+
+impl Drop for GcScope<'_> {
+    fn drop(&mut self) {
+        let mut reached = self.chunks.gc.reached.lock();
+        self.chunks.gc.active.store(false, Ordering::SeqCst);
+        reached.clear();
+        reached.shrink_to_fit();
+    }
 }
 
 impl ChunkStore {
@@ -139,7 +176,39 @@ impl ChunkStore {
             cache,
             config,
             stats,
+            gc: GcTrack::default(),
         }
+    }
+
+    /// Marks the span from the first chunk an operation puts to the commit
+    /// of the record that names it. A GC waits for the sessions open when it
+    /// starts, and tracks every put of the later ones, so nothing a session
+    /// writes or deduplicates against can be swept before it is referenced.
+    /// Every caller of [`ChunkStore::put`] must hold one.
+    pub fn write_session(&self) -> WriteSession<'_> {
+        // Recursive: a session may nest (a snapshot inside a fork), and must
+        // not block on a GC that waits for the outer one.
+        WriteSession(self.gc.sessions.read_recursive())
+    }
+
+    /// Starts tracking writers for a GC and waits out the sessions already
+    /// open. Everything committed before this returns is visible to a
+    /// RocksDB snapshot taken after it; everything put later is in the
+    /// reached set.
+    pub(crate) fn gc_begin(&self) -> GcScope<'_> {
+        {
+            let mut reached = self.gc.reached.lock();
+            reached.clear();
+            self.gc.active.store(true, Ordering::SeqCst);
+        }
+        drop(self.gc.sessions.write());
+        GcScope { chunks: self }
+    }
+
+    /// Whether a pack is sealed and on its way to the object store but not
+    /// yet indexed (GC must not take its object for an orphan).
+    pub(crate) fn is_in_flight(&self, pack: &PackId) -> bool {
+        self.shared.uploads.lock().packs.iter().any(|p| p.id == *pack)
     }
 
     /// Stores `data` (once: identical data is deduplicated) and returns its id.
@@ -152,7 +221,16 @@ impl ChunkStore {
 
     /// Like [`ChunkStore::put`] for a caller that already hashed the data.
     pub fn put_with_id(&self, id: ChunkId, data: &[u8]) -> Result<()> {
-        if self.contains(&id)? {
+        let exists = if self.gc.active.load(Ordering::SeqCst) {
+            // Under the lock a GC sweeps under: either it sees this id, or
+            // this put sees the chunk gone and stores it again.
+            let mut reached = self.gc.reached.lock();
+            reached.insert(id);
+            self.contains(&id)?
+        } else {
+            self.contains(&id)?
+        };
+        if exists {
             self.stats.chunks_deduped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -221,15 +299,31 @@ impl ChunkStore {
         if let Some(r) = sealed.and_then(|p| p.read(id)) {
             return r;
         }
-        let loc = self
-            .index
-            .get_chunk(id)?
-            .ok_or_else(|| Error::not_found(format!("chunk {id} is not in the store")))?;
-        let range = loc.offset..loc.offset + loc.stored_len as u64;
-        let stored = self.backend.get_range(&paths::pack(&loc.pack), range)?;
+        let mut loc = self.locate(id)?;
+        let stored = loop {
+            let range = loc.offset..loc.offset + loc.stored_len as u64;
+            match self.backend.get_range(&paths::pack(&loc.pack), range) {
+                Ok(b) => break b,
+                // GC may have moved the chunk to a new pack since we looked.
+                Err(e) if e.kind() == crate::ErrorKind::NotFound => {
+                    let now = self.locate(id)?;
+                    if now == loc {
+                        return Err(e);
+                    }
+                    loc = now;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let plain = pack::decompress(&loc.entry(*id), &stored)?;
         self.cache.insert(*id, plain.clone());
         Ok(plain)
+    }
+
+    fn locate(&self, id: &ChunkId) -> Result<crate::index::Location> {
+        self.index
+            .get_chunk(id)?
+            .ok_or_else(|| Error::not_found(format!("chunk {id} is not in the store")))
     }
 
     /// Whether the store holds (or is writing) this chunk.
@@ -245,6 +339,15 @@ impl ChunkStore {
 
     pub fn backend(&self) -> &Arc<Backend> {
         &self.backend
+    }
+
+    pub fn config(&self) -> &ChunkConfig {
+        &self.config
+    }
+
+    /// Forgets a cached chunk (after its pack was found damaged).
+    pub(crate) fn evict(&self, id: &ChunkId) {
+        self.cache.remove(id);
     }
 }
 

@@ -109,6 +109,7 @@ impl Store {
             (state, clean, floor)
         };
         // Phase 2: fold and make everything the version names durable.
+        let _session = self.chunks().write_session();
         let (root, folded) = if clean { (state.root, Vec::new()) } else { head.fold()? };
         self.chunks().flush()?;
         let version = VersionRecord {
@@ -166,6 +167,9 @@ impl Store {
         let head_obj = Bytes::from(serde_json::to_vec_pretty(&new_head)?);
         self.chunks().backend().put(&paths::head(rec.id), head_obj)?;
         tracing::info!(volume = %rec.name, version = %version.id.short(), origin = %version.origin, "snapshot");
+        if matches!(version.origin, Origin::Auto | Origin::SafePoint) {
+            self.auto_prune(rec.name.as_str());
+        }
         Ok(version)
     }
 
@@ -331,6 +335,7 @@ impl Store {
         let mut b = WriteBatch::default();
         let meta = self.index().cf(CF_META);
         b.delete_cf(meta, keys::version(&version.id));
+        b.delete_cf(meta, keys::damaged(&version.id));
         b.delete_cf(meta, keys::log(volume.id, version.seq));
         for (name, id) in self.tags(&volume)? {
             if id == version.id {
@@ -356,6 +361,46 @@ fn check_tag(name: &str) -> Result<()> {
 }
 
 impl Store {
+    /// Applies the volume's retention after an automatic checkpoint, if it
+    /// has auto-pruning on. Failures are logged: the checkpoint stands.
+    fn auto_prune(&self, volume: &str) {
+        let res = self.volume(volume).and_then(|v| {
+            if !v.auto_prune {
+                return Ok(0);
+            }
+            let policy = v.retention.unwrap_or_default();
+            Ok(self.prune(volume, &policy, now_ms(), false)?.len())
+        });
+        if let Err(e) = res {
+            tracing::warn!(volume, error = %e, "automatic pruning failed");
+        }
+    }
+
+    /// Sets a volume's retention policy (`None`: the default) and whether
+    /// automatic checkpoints prune.
+    pub fn set_retention(
+        &self,
+        volume: &str,
+        policy: Option<crate::retention::Policy>,
+        auto_prune: bool,
+    ) -> Result<VolumeRecord> {
+        if let Some(p) = &policy {
+            if p.unit_ms == 0 || p.per_bucket == 0 {
+                return Err(Error::invalid("retention unit and per-bucket count must be positive"));
+            }
+        }
+        let _g = self.inner.meta_lock.lock();
+        let mut rec = self.volume(volume)?;
+        rec.retention = policy;
+        rec.auto_prune = auto_prune;
+        let obj = Bytes::from(serde_json::to_vec_pretty(&rec)?);
+        self.chunks().backend().put(&paths::volume(rec.id), obj)?;
+        let mut b = WriteBatch::default();
+        self.put_json(&mut b, &keys::volume(volume), &rec)?;
+        self.index().write(b, true)?;
+        Ok(rec)
+    }
+
     /// Thins the automatic versions of `volume` by logarithmically spaced
     /// retention and returns the versions removed (or that would be, with
     /// `dry_run`). Named, pinned, head-base and fork-base versions stay.

@@ -4,7 +4,7 @@
 //!
 //! Column families:
 //! - `chunks`:  chunk id -> pack location (see [`Location`])
-//! - `packs`:   pack id -> chunk count u32 | byte length u64
+//! - `packs`:   pack id -> chunk count u32 | byte length u64 | indexed at (ms since epoch) u64
 //! - `meta`:    string keys -> JSON records (volumes, heads, versions, tags, counters)
 //! - `overlay`: volume id | space | owner | key -> dirty entry (see `overlay.rs`)
 
@@ -35,6 +35,16 @@ pub struct Location {
 impl Location {
     const LEN: usize = 33;
 
+    pub fn of(pack: PackId, e: &Entry) -> Location {
+        Location {
+            pack,
+            offset: e.offset,
+            stored_len: e.stored_len,
+            plain_len: e.plain_len,
+            codec: e.codec,
+        }
+    }
+
     pub fn entry(&self, id: ChunkId) -> Entry {
         Entry {
             id,
@@ -45,7 +55,7 @@ impl Location {
         }
     }
 
-    fn encode(&self) -> [u8; Self::LEN] {
+    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..16].copy_from_slice(&self.pack.0);
         b[16..24].copy_from_slice(&self.offset.to_le_bytes());
@@ -55,7 +65,7 @@ impl Location {
         b
     }
 
-    fn decode(b: &[u8]) -> Result<Location> {
+    pub(crate) fn decode(b: &[u8]) -> Result<Location> {
         if b.len() != Self::LEN {
             return Err(Error::corrupt("chunk index entry has the wrong length"));
         }
@@ -65,6 +75,38 @@ impl Location {
             stored_len: u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")),
             plain_len: u32::from_le_bytes(b[28..32].try_into().expect("4 bytes")),
             codec: Codec::from_u8(b[32])?,
+        })
+    }
+}
+
+/// What the index records about a pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackInfo {
+    /// Chunks its footer lists.
+    pub count: u32,
+    /// Object length in bytes.
+    pub len: u64,
+    /// When it was indexed; GC's grace period counts from here.
+    pub created_ms: u64,
+}
+
+impl PackInfo {
+    pub(crate) fn encode(&self) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        b[0..4].copy_from_slice(&self.count.to_le_bytes());
+        b[4..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..20].copy_from_slice(&self.created_ms.to_le_bytes());
+        b
+    }
+
+    pub(crate) fn decode(v: &[u8]) -> Result<PackInfo> {
+        if v.len() != 20 {
+            return Err(Error::corrupt("pack index entry has the wrong length"));
+        }
+        Ok(PackInfo {
+            count: u32::from_le_bytes(v[0..4].try_into().expect("4 bytes")),
+            len: u64::from_le_bytes(v[4..12].try_into().expect("8 bytes")),
+            created_ms: u64::from_le_bytes(v[12..20].try_into().expect("8 bytes")),
         })
     }
 }
@@ -137,39 +179,74 @@ impl Index {
     /// Records a sealed pack and all its chunks in one atomic, synced batch.
     pub fn add_pack(&self, pack: PackId, len: u64, entries: &[Entry]) -> Result<()> {
         let mut batch = WriteBatch::default();
-        let chunks = self.cf(CF_CHUNKS);
-        for e in entries {
-            let loc = Location {
-                pack,
-                offset: e.offset,
-                stored_len: e.stored_len,
-                plain_len: e.plain_len,
-                codec: e.codec,
-            };
-            batch.put_cf(chunks, e.id.0, loc.encode());
-        }
-        let mut info = Vec::with_capacity(12);
-        info.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-        info.extend_from_slice(&len.to_le_bytes());
-        batch.put_cf(self.cf(CF_PACKS), pack.0, info);
+        self.put_pack(&mut batch, pack, len, entries);
         self.write(batch, true)
     }
 
-    /// Every pack the index knows: id, chunk count, byte length.
-    pub fn packs(&self) -> Result<Vec<(PackId, u32, u64)>> {
+    /// Adds to `batch` a pack and every chunk of it, pointing at it.
+    pub(crate) fn put_pack(
+        &self,
+        batch: &mut WriteBatch,
+        pack: PackId,
+        len: u64,
+        entries: &[Entry],
+    ) {
+        for e in entries {
+            self.put_chunk(batch, e.id, &Location::of(pack, e));
+        }
+        let info =
+            PackInfo { count: entries.len() as u32, len, created_ms: crate::version::now_ms() };
+        batch.put_cf(self.cf(CF_PACKS), pack.0, info.encode());
+    }
+
+    pub(crate) fn put_chunk(&self, batch: &mut WriteBatch, id: ChunkId, loc: &Location) {
+        batch.put_cf(self.cf(CF_CHUNKS), id.0, loc.encode());
+    }
+
+    pub(crate) fn delete_chunk(&self, batch: &mut WriteBatch, id: &ChunkId) {
+        batch.delete_cf(self.cf(CF_CHUNKS), id.0);
+    }
+
+    pub(crate) fn delete_pack(&self, batch: &mut WriteBatch, id: &PackId) {
+        batch.delete_cf(self.cf(CF_PACKS), id.0);
+    }
+
+    pub fn pack_info(&self, id: &PackId) -> Result<Option<PackInfo>> {
+        match self.db.get_pinned_cf(self.cf(CF_PACKS), id.0)? {
+            Some(v) => Ok(Some(PackInfo::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every pack the index knows.
+    pub fn packs(&self) -> Result<Vec<(PackId, PackInfo)>> {
         let mut out = Vec::new();
         for item in self.db.iterator_cf(self.cf(CF_PACKS), IteratorMode::Start) {
             let (k, v) = item?;
-            if k.len() != 16 || v.len() != 12 {
-                return Err(Error::corrupt("pack index entry has the wrong length"));
-            }
-            out.push((
-                PackId(k[..].try_into().expect("16 bytes")),
-                u32::from_le_bytes(v[0..4].try_into().expect("4 bytes")),
-                u64::from_le_bytes(v[4..12].try_into().expect("8 bytes")),
-            ));
+            let id = PackId(
+                k[..]
+                    .try_into()
+                    .map_err(|_| Error::corrupt("pack index key has the wrong length"))?,
+            );
+            out.push((id, PackInfo::decode(&v)?));
         }
         Ok(out)
+    }
+
+    /// Calls `f` for every chunk entry, in id order. An entry that does not
+    /// decode is passed as an error for the caller to report.
+    pub fn for_each_chunk(
+        &self,
+        f: &mut dyn FnMut(ChunkId, Result<Location>) -> Result<()>,
+    ) -> Result<()> {
+        for item in self.db.iterator_cf(self.cf(CF_CHUNKS), IteratorMode::Start) {
+            let (k, v) = item?;
+            let Ok(id) = ChunkId::from_slice(&k) else {
+                return Err(Error::corrupt("chunk index key has the wrong length"));
+            };
+            f(id, Location::decode(&v))?;
+        }
+        Ok(())
     }
 
     pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {

@@ -84,6 +84,20 @@ pub fn key(vol: VolumeId, space: Space, owner: u64, key: u64) -> [u8; KEY_LEN] {
     k
 }
 
+/// Decodes a stored entry of any volume: (volume, space, owner, key, entry).
+pub fn decode_raw(k: &[u8], v: &[u8]) -> Result<(VolumeId, Space, u64, u64, Dirty)> {
+    if k.len() != KEY_LEN {
+        return Err(Error::corrupt("overlay key has the wrong length"));
+    }
+    Ok((
+        VolumeId(u64::from_be_bytes(k[0..8].try_into().expect("8 bytes"))),
+        Space::from_u8(k[8])?,
+        u64::from_be_bytes(k[9..17].try_into().expect("8 bytes")),
+        u64::from_be_bytes(k[17..25].try_into().expect("8 bytes")),
+        Dirty::decode(v)?,
+    ))
+}
+
 /// An entry exactly as stored (key, value).
 pub type RawEntry = (Box<[u8]>, Box<[u8]>);
 

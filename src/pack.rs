@@ -234,7 +234,8 @@ pub fn decode_footer(trailer: &Trailer, footer: &[u8]) -> Result<Vec<Entry>> {
     let entries: Vec<Entry> =
         footer.chunks_exact(ENTRY_LEN).map(Entry::decode).collect::<Result<_>>()?;
     for e in &entries {
-        if e.offset < HEADER_LEN as u64 || e.offset + e.stored_len as u64 > trailer.footer_offset {
+        let end = e.offset.checked_add(e.stored_len as u64);
+        if e.offset < HEADER_LEN as u64 || end.is_none_or(|end| end > trailer.footer_offset) {
             return Err(Error::corrupt(format!("pack entry for {} points outside the body", e.id)));
         }
     }

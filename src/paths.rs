@@ -23,6 +23,11 @@ pub fn parse_pack(key: &Path) -> Option<PackId> {
     PackId::parse(name)
 }
 
+/// Where `fsck --repair` moves a damaged pack after salvaging what verifies.
+pub fn quarantine(id: &PackId) -> Path {
+    Path::from(format!("quarantine/{id}.pack"))
+}
+
 pub fn version(id: &VersionId) -> Path {
     Path::from(format!("{VERSIONS}/{id}.json"))
 }

@@ -13,7 +13,7 @@
 use crate::id::VersionId;
 use std::collections::BTreeMap;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Policy {
     pub keep_recent: usize,
     /// Age of the first bucket, in milliseconds.

@@ -69,7 +69,7 @@ impl Store {
             });
         }
         let packs = self.index().packs()?;
-        let stored: u64 = packs.iter().map(|p| p.2).sum();
+        let stored: u64 = packs.iter().map(|p| p.1.len).sum();
         let logical: u64 = volumes.iter().map(|v| v.logical_bytes).sum();
         Ok(StoreStats {
             volumes,

@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     pub datalog: DataLog,
     /// Serializes changes to volume records and counters.
     pub meta_lock: Mutex<()>,
+    /// One GC at a time.
+    pub gc_lock: Mutex<()>,
     pub heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
 }
 
@@ -118,6 +120,7 @@ impl Store {
                 chunks,
                 datalog,
                 meta_lock: Mutex::new(()),
+                gc_lock: Mutex::new(()),
                 heads: Mutex::new(HashMap::new()),
             }),
         };
@@ -211,6 +214,7 @@ impl Store {
             (_, Some(s)) => s,
             (VolumeKind::Fs, None) => DEFAULT_FS_SIZE,
         };
+        let _session = self.chunks().write_session();
         let root = match kind {
             VolumeKind::Fs => crate::volume::fs::initial_root(self.chunks().as_ref())?,
             VolumeKind::Block => None,
@@ -235,6 +239,7 @@ impl Store {
         forked_from: Option<crate::id::VersionId>,
         head: HeadRecord,
     ) -> Result<VolumeRecord> {
+        let _session = self.chunks().write_session();
         let _g = self.inner.meta_lock.lock();
         if self.index().get_meta(&keys::volume(name.as_str()))?.is_some() {
             return Err(Error::conflict(format!("a volume named {name} already exists")));
@@ -249,6 +254,8 @@ impl Store {
             block_size,
             created_at_ms: now_ms(),
             forked_from,
+            retention: None,
+            auto_prune: true,
         };
         // Nodes of a new root must be durable before anything names them.
         self.chunks().flush()?;
@@ -297,6 +304,7 @@ impl Store {
         }
         for v in &versions {
             b.delete_cf(meta, keys::version(&v.id));
+            b.delete_cf(meta, keys::damaged(&v.id));
         }
         crate::overlay::Overlay::new(self.index(), rec.id).clear(&mut b);
         self.index().write(b, true)?;

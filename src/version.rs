@@ -58,6 +58,16 @@ pub struct VolumeRecord {
     pub created_at_ms: u64,
     /// The version this volume was forked from, if any.
     pub forked_from: Option<VersionId>,
+    /// Retention of automatic versions; `None`: the default policy.
+    #[serde(default)]
+    pub retention: Option<crate::retention::Policy>,
+    /// Prune automatic versions after each automatic checkpoint.
+    #[serde(default = "yes")]
+    pub auto_prune: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The committed part of a volume head: its base version and root. The
@@ -142,6 +152,10 @@ pub mod keys {
     /// The first data log segment the volume's overlay may still name.
     pub fn log_floor(v: VolumeId) -> String {
         format!("logfloor/{:016x}", v.0)
+    }
+    /// Set by `fsck --repair` on a version that references missing data.
+    pub fn damaged(id: &VersionId) -> String {
+        format!("damaged/{id}")
     }
     pub fn tag_prefix(v: VolumeId) -> String {
         format!("tag/{:016x}/", v.0)

@@ -1,10 +1,17 @@
 //! Model-based property test of the version graph: random sequences of
-//! writes, snapshots, forks, restores, tags and deletions against a model of
-//! plain byte vectors.
+//! writes, snapshots, forks, restores, tags, deletions, prunes and garbage
+//! collections against a model of plain byte vectors. After every GC every
+//! live version and head must read back exactly; after a final GC no pack
+//! may hold only garbage.
 
-use forkfs::{SnapshotOptions, Store, StoreConfig, Target, VersionId, VolumeKind};
+use forkfs::gc::GcOptions;
+use forkfs::progress::Quiet;
+use forkfs::retention::Policy;
+use forkfs::version::now_ms;
+use forkfs::{Origin, SnapshotOptions, Store, StoreConfig, Target, VersionId, VolumeKind};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use std::time::Duration;
 
 const SIZE: usize = 2 << 20;
 const BS: u32 = 4096;
@@ -13,10 +20,12 @@ const BS: u32 = 4096;
 enum Op {
     Write { vol: usize, off: usize, len: usize, byte: u8 },
     Zero { vol: usize, off: usize, len: usize },
-    Snapshot { vol: usize, named: bool },
+    Snapshot { vol: usize, named: bool, auto: bool },
     Fork { version: usize },
     Restore { vol: usize, version: usize },
     DeleteVersion { version: usize },
+    Prune { vol: usize, keep: usize },
+    Gc { compact: bool },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -25,11 +34,34 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..4usize, 0..SIZE, 1..40_000usize).prop_map(|(vol, off, len)| Op::Zero { vol, off, len }),
         // Large enough for range tombstones (256+ whole blocks).
         1 => (0..4usize, 0..SIZE / 2, (SIZE / 2)..SIZE).prop_map(|(vol, off, len)| Op::Zero { vol, off, len }),
-        3 => (0..4usize, any::<bool>()).prop_map(|(vol, named)| Op::Snapshot { vol, named }),
+        3 => (0..4usize, any::<bool>(), any::<bool>()).prop_map(|(vol, named, auto)| Op::Snapshot { vol, named, auto }),
         1 => (0..64usize).prop_map(|version| Op::Fork { version }),
         1 => (0..4usize, 0..64usize).prop_map(|(vol, version)| Op::Restore { vol, version }),
         1 => (0..64usize).prop_map(|version| Op::DeleteVersion { version }),
+        1 => (0..4usize, 0..3usize).prop_map(|(vol, keep)| Op::Prune { vol, keep }),
+        1 => any::<bool>().prop_map(|compact| Op::Gc { compact }),
     ]
+}
+
+fn gc(store: &Store, compact: bool) -> forkfs::gc::GcReport {
+    let opts = GcOptions {
+        dry_run: false,
+        grace: Duration::ZERO,
+        compact_below: if compact { 0.9 } else { 0.0 },
+    };
+    store.gc(&opts, &Quiet).unwrap()
+}
+
+fn verify(store: &Store, m: &Model) -> Result<(), TestCaseError> {
+    for (name, data) in &m.heads {
+        let t = store.resolve(name).unwrap();
+        prop_assert!(read_all(store, &t) == *data, "head of {} differs", name);
+    }
+    for (id, vol, data) in &m.versions {
+        let t = store.resolve(&format!("{vol}@{id}")).unwrap();
+        prop_assert!(read_all(store, &t) == *data, "version {} differs", id);
+    }
+    Ok(())
 }
 
 struct Model {
@@ -80,10 +112,14 @@ proptest! {
                     store.open_volume(name).unwrap().write_zeroes(off as u64, len as u64).unwrap();
                     data[off..off + len].fill(0);
                 }
-                Op::Snapshot { vol, named } => {
+                Op::Snapshot { vol, named, auto } => {
                     let (name, data) = &m.heads[vol % m.heads.len()];
                     names += 1;
-                    let opts = SnapshotOptions { name: named.then(|| format!("n{names}")), ..Default::default() };
+                    let opts = SnapshotOptions {
+                        name: named.then(|| format!("n{names}")),
+                        origin: auto.then_some(Origin::Auto),
+                        ..Default::default()
+                    };
                     let v = store.snapshot(name, &opts).unwrap();
                     m.versions.push((v.id, name.clone(), data.clone()));
                 }
@@ -109,17 +145,28 @@ proptest! {
                     store.delete_version(&store.version(&id).unwrap()).unwrap();
                     prop_assert!(store.version(&id).is_err());
                 }
+                Op::Prune { vol, keep } => {
+                    let name = m.heads[vol % m.heads.len()].0.clone();
+                    let policy = Policy { keep_recent: keep, unit_ms: 1, per_bucket: 1 };
+                    for v in store.prune(&name, &policy, now_ms() + (1 << 20), false).unwrap() {
+                        let i = m.versions.iter().position(|x| x.0 == v.id);
+                        prop_assert!(i.is_some(), "prune removed {} the model lacks", v.id);
+                        m.versions.remove(i.unwrap());
+                    }
+                }
+                Op::Gc { compact } => {
+                    gc(&store, compact);
+                    verify(&store, &m)?;
+                }
                 _ => {}
             }
         }
-        for (name, data) in &m.heads {
-            let t = store.resolve(name).unwrap();
-            prop_assert!(read_all(&store, &t) == *data, "head of {} differs", name);
-        }
-        for (id, vol, data) in &m.versions {
-            let t = store.resolve(&format!("{vol}@{id}")).unwrap();
-            prop_assert!(read_all(&store, &t) == *data, "version {} differs", id);
-        }
+        verify(&store, &m)?;
+        // A final GC leaves no pack without a live chunk: a second finds nothing.
+        gc(&store, true);
+        let again = store.gc(&GcOptions { dry_run: true, grace: Duration::ZERO, compact_below: 0.0 }, &Quiet).unwrap();
+        prop_assert_eq!((again.packs_deleted, again.orphans_deleted), (0, 0), "{:?}", again);
+        verify(&store, &m)?;
         // Every version of the log is one the model knows, in order.
         for (name, _) in &m.heads {
             let log = store.log(&store.volume(name).unwrap()).unwrap();

@@ -1,7 +1,12 @@
-//! `forkfs-fsck`: store verification (and later GC and retention pruning).
+//! `forkfs-fsck`: store verification and repair, garbage collection, and
+//! retention pruning (also `forkfs fsck`, `forkfs gc`, `forkfs prune`).
+
+mod progress;
 
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use forkfs::{ErrorKind, Store};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -16,6 +21,13 @@ struct Cli {
     /// Machine-readable JSON output
     #[arg(long, global = true)]
     json: bool,
+    /// Verify every chunk's content (decompress and hash everything)
+    #[arg(long)]
+    deep: bool,
+    /// Rebuild the index from pack footers, restore version records from
+    /// their object copies, mark versions that reference lost data damaged
+    #[arg(long)]
+    repair: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -23,19 +35,36 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Verify every version and head (the default)
-    Check,
+    Check {
+        #[arg(long)]
+        deep: bool,
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Reclaim the space of data no version, head or unsaved change references
+    Gc {
+        /// Show what would be reclaimed, change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Leave packs written more recently than this (e.g. 0s, 10m, 1h)
+        #[arg(long, default_value = "1h", value_parser = duration)]
+        grace: Duration,
+        /// Rewrite packs whose live bytes are below this fraction (0 disables)
+        #[arg(long, default_value_t = 0.5)]
+        compact_below: f64,
+    },
     /// Thin a volume's automatic versions by logarithmically spaced retention
     Prune {
         volume: String,
         /// Show what would go, change nothing
         #[arg(long)]
         dry_run: bool,
-        /// Always keep this many newest automatic versions
-        #[arg(long, default_value_t = 16)]
-        keep_recent: usize,
+        /// Always keep this many newest automatic versions [default: the volume's policy]
+        #[arg(long)]
+        keep_recent: Option<usize>,
         /// Age of the first retention bucket, in seconds (buckets double from there)
-        #[arg(long, default_value_t = 60)]
-        unit_secs: u64,
+        #[arg(long)]
+        unit_secs: Option<u64>,
     },
 }
 
@@ -45,17 +74,20 @@ fn main() {
         eprintln!("forkfs-fsck: no store given (use --store or FORKFS_STORE)");
         std::process::exit(64);
     };
-    match cli.command.unwrap_or(Command::Check) {
-        Command::Check => std::process::exit(check(&dir, cli.json)),
-        Command::Prune { volume, dry_run, keep_recent, unit_secs } => {
-            let policy = forkfs::retention::Policy {
-                keep_recent,
-                unit_ms: unit_secs.max(1) * 1000,
-                ..Default::default()
-            };
-            std::process::exit(prune(&dir, &volume, &policy, dry_run, cli.json))
+    let command = cli.command.unwrap_or(Command::Check { deep: false, repair: false });
+    let code = match command {
+        Command::Check { deep, repair } => {
+            check(&dir, deep || cli.deep, repair || cli.repair, cli.json)
         }
-    }
+        Command::Gc { dry_run, grace, compact_below } => {
+            let opts = forkfs::gc::GcOptions { dry_run, grace, compact_below };
+            gc(&dir, &opts, cli.json)
+        }
+        Command::Prune { volume, dry_run, keep_recent, unit_secs } => {
+            prune(&dir, &volume, keep_recent, unit_secs, dry_run, cli.json)
+        }
+    };
+    std::process::exit(code)
 }
 
 fn default_store() -> Option<PathBuf> {
@@ -65,65 +97,179 @@ fn default_store() -> Option<PathBuf> {
     Some(data.join("forkfs"))
 }
 
-fn prune(
-    dir: &std::path::Path,
-    volume: &str,
-    policy: &forkfs::retention::Policy,
-    dry_run: bool,
-    json: bool,
-) -> i32 {
-    let now = forkfs::version::now_ms();
-    let pruned = match forkfs::Store::open(dir).and_then(|s| s.prune(volume, policy, now, dry_run))
-    {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("forkfs-fsck: {e}");
-            return if e.kind() == forkfs::ErrorKind::NotFound { 66 } else { 69 };
-        }
+/// Durations like 0, 500ms, 30s, 10m, 1h, 7d.
+fn duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 0s, 10m, 1h)"))?;
+    let ms = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h, d)")),
     };
-    if json {
-        let ids: Vec<String> = pruned.iter().map(|v| v.id.to_string()).collect();
-        println!("{}", serde_json::json!({ "volume": volume, "dry_run": dry_run, "pruned": ids }));
+    Ok(Duration::from_millis(n.saturating_mul(ms)))
+}
+
+/// Prints a one-line error and returns the exit code for it.
+fn fail(e: &forkfs::Error) -> i32 {
+    eprintln!("forkfs-fsck: {e}");
+    match e.kind() {
+        ErrorKind::NotFound => 66,
+        ErrorKind::InvalidInput => 64,
+        ErrorKind::Conflict => 75,
+        ErrorKind::Corrupt => 65,
+        _ => 69,
+    }
+}
+
+fn open(dir: &Path) -> Result<Store, i32> {
+    Store::open(dir).map_err(|e| fail(&e))
+}
+
+fn check(dir: &Path, deep: bool, repair: bool, json: bool) -> i32 {
+    let store = match open(dir) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let opts = forkfs::check::CheckOptions { deep };
+    let bar = progress::Bar::new();
+    let first = match store.check_with(&opts, &bar) {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let (repaired, report) = if repair && !first.ok() {
+        let rep = match store.repair(&bar) {
+            Ok(r) => r,
+            Err(e) => return fail(&e),
+        };
+        match store.check_with(&opts, &bar) {
+            Ok(after) => (Some((first, rep)), after),
+            Err(e) => return fail(&e),
+        }
     } else {
-        for v in &pruned {
-            println!(
-                "{} {}@{}",
-                if dry_run { "would prune" } else { "pruned" },
-                v.volume_name,
-                v.id.short()
-            );
+        (None, first)
+    };
+    bar.finish();
+    if json {
+        let v = match &repaired {
+            Some((before, rep)) => serde_json::json!({
+                "ok": report.ok(), "before_repair": before, "repair": rep, "after_repair": report,
+            }),
+            None => {
+                let mut v = serde_json::to_value(&report).unwrap_or_default();
+                v["ok"] = report.ok().into();
+                v
+            }
+        };
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        if let Some((before, rep)) = &repaired {
+            for p in &before.problems {
+                println!("found: {p}");
+            }
+            println!("repair: {}", serde_json::to_string(rep).unwrap_or_default());
+        }
+        for p in &report.problems {
+            println!("problem: {p}");
         }
         println!(
-            "{} versions {}",
-            pruned.len(),
-            if dry_run { "would be pruned" } else { "pruned" }
+            "checked {} packs ({} bytes), {} volumes, {} versions, {} nodes, {} data chunks{}: {}",
+            report.packs,
+            report.pack_bytes,
+            report.volumes,
+            report.versions,
+            report.nodes,
+            report.chunks,
+            if deep {
+                format!(", {} chunks hashed", report.chunks_verified)
+            } else {
+                String::new()
+            },
+            if report.ok() { "ok" } else { "PROBLEMS FOUND" }
+        );
+        if report.unindexed_packs > 0 {
+            println!("{} unindexed pack objects (gc removes them)", report.unindexed_packs);
+        }
+    }
+    if report.ok() { 0 } else { 1 }
+}
+
+fn gc(dir: &Path, opts: &forkfs::gc::GcOptions, json: bool) -> i32 {
+    if !(0.0..=1.0).contains(&opts.compact_below) {
+        eprintln!("forkfs-fsck: --compact-below must be between 0 and 1");
+        return 64;
+    }
+    let store = match open(dir) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let bar = progress::Bar::new();
+    let report = match store.gc(opts, &bar) {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    bar.finish();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        let verb = if report.dry_run { "would reclaim" } else { "reclaimed" };
+        println!(
+            "{verb} {} bytes: {} packs deleted, {} compacted into {}, {} orphans; \
+             {} packs in the grace period; marked {} nodes, {} data chunks from {} versions and {} heads in {} ms",
+            report.bytes_reclaimed,
+            report.packs_deleted,
+            report.packs_compacted,
+            report.packs_written,
+            report.orphans_deleted,
+            report.packs_in_grace,
+            report.live_nodes,
+            report.live_data_chunks,
+            report.versions,
+            report.heads,
+            report.elapsed_ms
         );
     }
     0
 }
 
-fn check(dir: &std::path::Path, json: bool) -> i32 {
-    let report = match forkfs::Store::open(dir).and_then(|s| s.check()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("forkfs-fsck: {e}");
-            return 69;
-        }
+fn prune(
+    dir: &Path,
+    volume: &str,
+    keep_recent: Option<usize>,
+    unit_secs: Option<u64>,
+    dry_run: bool,
+    json: bool,
+) -> i32 {
+    let store = match open(dir) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let policy = match store.volume(volume) {
+        Ok(v) => v.retention.unwrap_or_default(),
+        Err(e) => return fail(&e),
+    };
+    let policy = forkfs::retention::Policy {
+        keep_recent: keep_recent.unwrap_or(policy.keep_recent),
+        unit_ms: unit_secs.map(|s| s.max(1) * 1000).unwrap_or(policy.unit_ms),
+        ..policy
+    };
+    let now = forkfs::version::now_ms();
+    let pruned = match store.prune(volume, &policy, now, dry_run) {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        let ids: Vec<String> = pruned.iter().map(|v| v.id.to_string()).collect();
+        println!("{}", serde_json::json!({ "volume": volume, "dry_run": dry_run, "pruned": ids }));
     } else {
-        for p in &report.problems {
-            println!("problem: {p}");
+        let verb = if dry_run { "would prune" } else { "pruned" };
+        for v in &pruned {
+            println!("{verb} {}@{}", v.volume_name, v.id.short());
         }
-        println!(
-            "checked {} packs, {} volumes, {} versions, {} chunks: {}",
-            report.packs,
-            report.volumes,
-            report.versions,
-            report.chunks,
-            if report.ok() { "ok" } else { "PROBLEMS FOUND" }
-        );
+        println!("{} versions {verb}", pruned.len());
     }
-    if report.ok() { 0 } else { 1 }
+    0
 }

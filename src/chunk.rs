@@ -114,18 +114,25 @@ pub struct WriteSession<'a>(#[allow(dead_code)] RwLockReadGuard<'a, ()>);
 /// A GC's view of writers while it runs; ends tracking when dropped.
 pub(crate) struct GcScope<'a> {
     chunks: &'a ChunkStore,
+    tracked: bool,
 }
 
 impl GcScope<'_> {
     /// Runs `f` with the set of ids writers reached so far, while no writer
     /// can reach another (so a decision made in `f` cannot race a dedup hit).
     pub fn with_reached<R>(&self, f: impl FnOnce(&HashSet<ChunkId>) -> R) -> R {
+        if !self.tracked {
+            return f(&HashSet::new());
+        }
         f(&self.chunks.gc.reached.lock())
     }
 }
 
 impl Drop for GcScope<'_> {
     fn drop(&mut self) {
+        if !self.tracked {
+            return;
+        }
         let mut reached = self.chunks.gc.reached.lock();
         self.chunks.gc.active.store(false, Ordering::SeqCst);
         reached.clear();
@@ -202,7 +209,12 @@ impl ChunkStore {
             self.gc.active.store(true, Ordering::SeqCst);
         }
         drop(self.gc.sessions.write());
-        GcScope { chunks: self }
+        GcScope { chunks: self, tracked: true }
+    }
+
+    /// A scope that tracks nothing (the concurrency test's negative control).
+    pub(crate) fn gc_untracked(&self) -> GcScope<'_> {
+        GcScope { chunks: self, tracked: false }
     }
 
     /// Whether a pack is sealed and on its way to the object store but not

@@ -2,7 +2,7 @@
 //! self-describing footer so an index can be rebuilt from packs alone.
 //!
 //! ```text
-//! header   "FKFSPACK" | version u8 = 1 | 7 zero bytes          (16 bytes)
+//! header   "FKFSPACK" | version u8 = 1 | nonce [7]           (16 bytes)
 //! body     chunk payloads, back to back (raw or zstd frames)
 //! footer   count × { id [32] | offset u64 | stored_len u32 | plain_len u32 | codec u8 }
 //! trailer  count u32 | footer_offset u64 | blake3(footer) [32] | "FKFSEND1"   (52 bytes)
@@ -137,7 +137,10 @@ impl PackWriter {
         let mut buf = Vec::with_capacity(1 << 20);
         buf.extend_from_slice(MAGIC);
         buf.push(FORMAT_VERSION);
-        buf.extend_from_slice(&[0u8; 7]);
+        // A random nonce: a pack is named by its hash, and two packs sealed
+        // with the same chunks (content revived after a GC) must still get
+        // different names, or deleting the old object could delete the new.
+        buf.extend_from_slice(&rand::random::<[u8; 7]>());
         PackWriter { buf, entries: Vec::new(), by_id: HashMap::new() }
     }
 

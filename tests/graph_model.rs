@@ -48,6 +48,7 @@ fn gc(store: &Store, compact: bool) -> forkfs::gc::GcReport {
         dry_run: false,
         grace: Duration::ZERO,
         compact_below: if compact { 0.9 } else { 0.0 },
+        ..Default::default()
     };
     store.gc(&opts, &Quiet).unwrap()
 }
@@ -164,7 +165,7 @@ proptest! {
         verify(&store, &m)?;
         // A final GC leaves no pack without a live chunk: a second finds nothing.
         gc(&store, true);
-        let again = store.gc(&GcOptions { dry_run: true, grace: Duration::ZERO, compact_below: 0.0 }, &Quiet).unwrap();
+        let again = store.gc(&GcOptions { dry_run: true, grace: Duration::ZERO, compact_below: 0.0, ..Default::default() }, &Quiet).unwrap();
         prop_assert_eq!((again.packs_deleted, again.orphans_deleted), (0, 0), "{:?}", again);
         verify(&store, &m)?;
         // Every version of the log is one the model knows, in order.

@@ -80,7 +80,8 @@ fn main() {
             check(&dir, deep || cli.deep, repair || cli.repair, cli.json)
         }
         Command::Gc { dry_run, grace, compact_below } => {
-            let opts = forkfs::gc::GcOptions { dry_run, grace, compact_below };
+            let opts =
+                forkfs::gc::GcOptions { dry_run, grace, compact_below, ..Default::default() };
             gc(&dir, &opts, cli.json)
         }
         Command::Prune { volume, dry_run, keep_recent, unit_secs } => {

@@ -181,13 +181,12 @@ fn external(g: &Global, args: Vec<String>) -> i32 {
     if g.json {
         cmd.arg("--json");
     }
-    match cmd.status() {
-        Ok(st) => st.code().unwrap_or(1),
-        Err(e) => {
-            eprintln!("forkfs: cannot run {}: {e}", program.display());
-            69
-        }
-    }
+    // Replace this process (like git): signals, exit codes and a SIGKILL
+    // reach the program itself, and no child outlives a killed parent.
+    use std::os::unix::process::CommandExt;
+    let e = cmd.exec();
+    eprintln!("forkfs: cannot run {}: {e}", program.display());
+    69
 }
 
 fn init_tracing(verbose: u8) {

@@ -25,6 +25,8 @@
 //! mkfs.btrfs over an old filesystem starts again at a low generation and is
 //! still recognised.
 
+#[cfg(test)]
+mod replay;
 mod super_block;
 #[cfg(test)]
 mod tests;

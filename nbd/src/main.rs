@@ -3,6 +3,8 @@
 mod export;
 mod negotiate;
 mod proto;
+#[allow(dead_code)] // wired into the session by the --consistency btrfs mode
+mod safepoint;
 mod server;
 mod session;
 

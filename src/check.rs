@@ -32,7 +32,7 @@ pub struct CheckOptions {
     pub deep: bool,
 }
 
-#[derive(Serialize, Debug, Default)]
+#[derive(Serialize, serde::Deserialize, Debug, Default)]
 pub struct CheckReport {
     pub deep: bool,
     pub packs: usize,

@@ -65,7 +65,7 @@ impl Default for GcOptions {
     }
 }
 
-#[derive(Serialize, Debug, Default, Clone)]
+#[derive(Serialize, serde::Deserialize, Debug, Default, Clone)]
 pub struct GcReport {
     pub dry_run: bool,
     pub versions: u64,

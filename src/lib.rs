@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod check;
 pub mod chunk;
+pub mod control;
 pub mod datalog;
 pub mod diff;
 pub mod error;

@@ -278,8 +278,9 @@ mod tests {
         assert_eq!(entries.len(), 3);
         assert_eq!(entries[1].codec, Codec::Zstd);
         assert_eq!(entries[2].codec, Codec::Raw);
+        assert_eq!(id.0[..], blake3::hash(&bytes).as_bytes()[..16], "named by its hash");
         let (id2, _, _) = sample();
-        assert_eq!(id, id2, "pack names are content addressed");
+        assert_ne!(id, id2, "the nonce makes each sealed pack's name unique");
         for e in &entries {
             let s = e.offset as usize;
             let plain = decompress(e, &bytes[s..s + e.stored_len as usize]).unwrap();

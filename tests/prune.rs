@@ -11,6 +11,8 @@ fn prune_thins_auto_versions_and_protects_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::init(&dir.path().join("s"), StoreConfig::default()).unwrap();
     store.create_volume("v", VolumeKind::Block, Some(1 << 20), Some(4096)).unwrap();
+    // Pruning by hand only: automatic pruning has its own test below.
+    store.set_retention("v", None, false).unwrap();
     let head = store.open_volume("v").unwrap();
     let auto = SnapshotOptions { origin: Some(Origin::Auto), ..Default::default() };
     let mut all = Vec::new();
@@ -63,4 +65,31 @@ fn prune_dispatches_from_the_forkfs_cli() {
     assert!(out.contains("0 versions would be pruned"), "{out}");
     let (code, _) = common::fails(&s, &["prune", "nope"]);
     assert_eq!(code, 66);
+}
+
+#[test]
+fn automatic_checkpoints_prune_by_the_volume_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s"), StoreConfig::default()).unwrap();
+    for (name, auto_prune) in [("on", true), ("off", false)] {
+        store.create_volume(name, VolumeKind::Block, Some(1 << 20), Some(4096)).unwrap();
+        let policy = Policy { keep_recent: 3, unit_ms: 3_600_000, per_bucket: 1 };
+        store.set_retention(name, Some(policy), auto_prune).unwrap();
+        let head = store.open_volume(name).unwrap();
+        let auto = SnapshotOptions { origin: Some(Origin::Auto), ..Default::default() };
+        let named = SnapshotOptions { name: Some("keep".into()), ..auto.clone() };
+        for i in 0..12u8 {
+            head.write_at(i as u64 * 4096, &[i + 1; 4096]).unwrap();
+            store.snapshot(name, if i == 1 { &named } else { &auto }).unwrap();
+        }
+    }
+    let count = |name: &str| store.log(&store.volume(name).unwrap()).unwrap().len();
+    assert_eq!(count("off"), 12, "auto-prune off must keep every version");
+    // The head's base (the newest, protected), the 3 newest candidates, one
+    // per bucket (all are in the first hour's bucket), and the named one.
+    let kept = store.log(&store.volume("on").unwrap()).unwrap();
+    let seqs: Vec<u64> = kept.iter().map(|v| v.seq).collect();
+    assert_eq!(kept.len(), 1 + 3 + 1 + 1, "kept {seqs:?}");
+    assert!(store.resolve("on@keep").is_ok(), "a named version was pruned");
+    assert_eq!(seqs[seqs.len() - 4..], [8, 9, 10, 11], "the newest versions must stay");
 }

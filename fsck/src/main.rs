@@ -4,6 +4,9 @@
 mod progress;
 
 use clap::{Parser, Subcommand};
+use forkfs::check::CheckReport;
+use forkfs::control::{self, Request};
+use forkfs::gc::GcReport;
 use forkfs::{ErrorKind, Store};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -126,27 +129,42 @@ fn fail(e: &forkfs::Error) -> i32 {
     }
 }
 
-fn open(dir: &Path) -> Result<Store, i32> {
-    Store::open(dir).map_err(|e| fail(&e))
+/// Runs a request on the store here, or, when another process (a server or
+/// mount) holds it, inside that process through its control socket.
+fn run<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    req: &Request,
+    bar: &progress::Bar,
+) -> Result<T, forkfs::Error> {
+    let value = match Store::open(dir) {
+        Ok(store) => control::execute(&store, req, bar)?,
+        Err(e) if e.kind() == ErrorKind::Conflict && dir.join(control::SOCKET).exists() => {
+            control::call(dir, req)?
+        }
+        Err(e) => return Err(e),
+    };
+    bar.finish();
+    serde_json::from_value(value).map_err(|e| forkfs::Error::corrupt(format!("bad reply: {e}")))
 }
 
 fn check(dir: &Path, deep: bool, repair: bool, json: bool) -> i32 {
-    let store = match open(dir) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let opts = forkfs::check::CheckOptions { deep };
     let bar = progress::Bar::new();
-    let first = match store.check_with(&opts, &bar) {
+    let req = Request::Check { deep };
+    let first: CheckReport = match run(dir, &req, &bar) {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
     let (repaired, report) = if repair && !first.ok() {
+        // Repair rewrites the index: only with the store to itself.
+        let store = match Store::open(dir) {
+            Ok(s) => s,
+            Err(e) => return fail(&e),
+        };
         let rep = match store.repair(&bar) {
             Ok(r) => r,
             Err(e) => return fail(&e),
         };
-        match store.check_with(&opts, &bar) {
+        match store.check_with(&forkfs::check::CheckOptions { deep }, &bar) {
             Ok(after) => (Some((first, rep)), after),
             Err(e) => return fail(&e),
         }
@@ -203,16 +221,15 @@ fn gc(dir: &Path, opts: &forkfs::gc::GcOptions, json: bool) -> i32 {
         eprintln!("forkfs-fsck: --compact-below must be between 0 and 1");
         return 64;
     }
-    let store = match open(dir) {
-        Ok(s) => s,
-        Err(code) => return code,
+    let req = Request::Gc {
+        dry_run: opts.dry_run,
+        grace_ms: u64::try_from(opts.grace.as_millis()).unwrap_or(u64::MAX),
+        compact_below: opts.compact_below,
     };
-    let bar = progress::Bar::new();
-    let report = match store.gc(opts, &bar) {
+    let report: GcReport = match run(dir, &req, &progress::Bar::new()) {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
-    bar.finish();
     if json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
@@ -244,33 +261,28 @@ fn prune(
     dry_run: bool,
     json: bool,
 ) -> i32 {
-    let store = match open(dir) {
-        Ok(s) => s,
-        Err(code) => return code,
+    let req = Request::Prune {
+        volume: volume.to_string(),
+        keep_recent,
+        unit_ms: unit_secs.map(|s| s.saturating_mul(1000)),
+        dry_run,
     };
-    let policy = match store.volume(volume) {
-        Ok(v) => v.retention.unwrap_or_default(),
-        Err(e) => return fail(&e),
-    };
-    let policy = forkfs::retention::Policy {
-        keep_recent: keep_recent.unwrap_or(policy.keep_recent),
-        unit_ms: unit_secs.map(|s| s.max(1) * 1000).unwrap_or(policy.unit_ms),
-        ..policy
-    };
-    let now = forkfs::version::now_ms();
-    let pruned = match store.prune(volume, &policy, now, dry_run) {
+    let pruned: Vec<String> = match run(dir, &req, &progress::Bar::new()) {
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
     if json {
-        let ids: Vec<String> = pruned.iter().map(|v| v.id.to_string()).collect();
-        println!("{}", serde_json::json!({ "volume": volume, "dry_run": dry_run, "pruned": ids }));
+        println!(
+            "{}",
+            serde_json::json!({ "volume": volume, "dry_run": dry_run, "pruned": pruned })
+        );
     } else {
-        let verb = if dry_run { "would prune" } else { "pruned" };
-        for v in &pruned {
-            println!("{verb} {}@{}", v.volume_name, v.id.short());
+        let (verb, summary) =
+            if dry_run { ("would prune", "would be pruned") } else { ("pruned", "pruned") };
+        for id in &pruned {
+            println!("{verb} {volume}@{}", &id[..12.min(id.len())]);
         }
-        println!("{} versions {verb}", pruned.len());
+        println!("{} versions {summary}", pruned.len());
     }
     0
 }

@@ -91,6 +91,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         cli.command;
     let dir = cli.store.unwrap_or_else(default_store);
     let store = forkfs::Store::open(&dir)?;
+    // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
+    let _control = forkfs::control::serve(store.clone())?;
     let exports = Arc::new(export::Exports::new(store, export.clone()));
     for name in &export {
         exports.open(name).map_err(|e| anyhow::anyhow!("export {name}: {e}"))?;

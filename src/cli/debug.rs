@@ -24,6 +24,9 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     let store = g.open()?;
     if store.volume(&volume).is_err() {
         store.create_volume(&volume, VolumeKind::Block, Some(8 << 20), Some(64 << 10))?;
+        // The crash test checks that every reported version survives:
+        // retention must not thin them.
+        store.set_retention(&volume, None, false)?;
     }
     let head = store.open_volume(&volume)?;
     let size = head.size() as usize;

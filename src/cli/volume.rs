@@ -1,4 +1,4 @@
-//! `forkfs volume create|list|delete`.
+//! `forkfs volume create|list|delete|retention`.
 
 use super::Global;
 use super::output::{age, bytes, parse_size, print_json};
@@ -23,6 +23,40 @@ pub enum Cmd {
     List,
     /// Delete a volume and its versions (space is reclaimed by gc)
     Delete { name: String },
+    /// Show or set how automatic versions are thinned (named ones never are)
+    Retention {
+        name: String,
+        /// Always keep this many newest automatic versions
+        #[arg(long)]
+        keep_recent: Option<usize>,
+        /// Age of the first bucket (buckets double from there), e.g. 60s, 10m
+        #[arg(long)]
+        unit: Option<String>,
+        /// Versions kept per bucket
+        #[arg(long)]
+        per_bucket: Option<usize>,
+        /// Prune after every automatic checkpoint (on) or only on `forkfs prune` (off)
+        #[arg(long, value_parser = ["on", "off"])]
+        auto_prune: Option<String>,
+        /// Back to the default policy
+        #[arg(long, conflicts_with_all = ["keep_recent", "unit", "per_bucket"])]
+        default: bool,
+    },
+}
+
+/// "90", "90s", "10m", "2h", "1d" -> milliseconds.
+fn parse_age(s: &str) -> anyhow::Result<u64> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 =
+        s[..split].parse().map_err(|_| forkfs::Error::invalid(format!("bad age {s:?}")))?;
+    let unit = match &s[split..] {
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(forkfs::Error::invalid(format!("bad age {s:?} (s, m, h, d)")).into()),
+    };
+    Ok(n.saturating_mul(unit))
 }
 
 pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
@@ -65,6 +99,39 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
                 return print_json(&serde_json::json!({ "deleted": name }));
             }
             println!("deleted volume {name}");
+        }
+        Cmd::Retention { name, keep_recent, unit, per_bucket, auto_prune, default } => {
+            let rec = store.volume(&name)?;
+            let changed = keep_recent.is_some()
+                || unit.is_some()
+                || per_bucket.is_some()
+                || auto_prune.is_some()
+                || default;
+            let rec = if changed {
+                let mut p = rec.retention.clone().unwrap_or_default();
+                p.keep_recent = keep_recent.unwrap_or(p.keep_recent);
+                p.unit_ms = unit.as_deref().map(parse_age).transpose()?.unwrap_or(p.unit_ms);
+                p.per_bucket = per_bucket.unwrap_or(p.per_bucket);
+                let auto = auto_prune.map_or(rec.auto_prune, |a| a == "on");
+                store.set_retention(&name, (!default).then_some(p), auto)?
+            } else {
+                rec
+            };
+            let p = rec.retention.clone().unwrap_or_default();
+            if g.json {
+                return print_json(&serde_json::json!({
+                    "volume": name, "policy": p, "default": rec.retention.is_none(),
+                    "auto_prune": rec.auto_prune,
+                }));
+            }
+            println!(
+                "{name}: keep the newest {} automatic versions, then {} per bucket of {} s doubling with age{}; automatic pruning {}",
+                p.keep_recent,
+                p.per_bucket,
+                p.unit_ms / 1000,
+                if rec.retention.is_none() { " (default)" } else { "" },
+                if rec.auto_prune { "on" } else { "off" }
+            );
         }
     }
     Ok(())

@@ -1,0 +1,165 @@
+//! The control socket: how a command reaches a store that another process
+//! holds open (an NBD server, later a mount). The store is single-process
+//! (RocksDB's lock), so maintenance runs inside the process that owns it.
+//!
+//! `<store>/control.sock`, a Unix socket (mode 0600): one JSON request per
+//! connection, one JSON response, then the connection closes.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::gc::GcOptions;
+use crate::progress::{Progress, Quiet};
+use crate::store::Store;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+pub const SOCKET: &str = "control.sock";
+/// A request larger than this is refused.
+const MAX_REQUEST: u64 = 64 << 10;
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    Gc { dry_run: bool, grace_ms: u64, compact_below: f64 },
+    Check { deep: bool },
+    Prune { volume: String, keep_recent: Option<usize>, unit_ms: Option<u64>, dry_run: bool },
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "kebab-case")]
+enum Response {
+    Ok(serde_json::Value),
+    Err { kind: String, message: String },
+}
+
+/// Runs a request against an open store.
+pub fn execute(store: &Store, req: &Request, progress: &dyn Progress) -> Result<serde_json::Value> {
+    Ok(match req {
+        Request::Gc { dry_run, grace_ms, compact_below } => {
+            let opts = GcOptions {
+                dry_run: *dry_run,
+                grace: Duration::from_millis(*grace_ms),
+                compact_below: *compact_below,
+                ..Default::default()
+            };
+            serde_json::to_value(store.gc(&opts, progress)?)?
+        }
+        Request::Check { deep } => {
+            let opts = crate::check::CheckOptions { deep: *deep };
+            serde_json::to_value(store.check_with(&opts, progress)?)?
+        }
+        Request::Prune { volume, keep_recent, unit_ms, dry_run } => {
+            let p = store.volume(volume)?.retention.unwrap_or_default();
+            let policy = crate::retention::Policy {
+                keep_recent: keep_recent.unwrap_or(p.keep_recent),
+                unit_ms: unit_ms.unwrap_or(p.unit_ms).max(1),
+                ..p
+            };
+            let now = crate::version::now_ms();
+            let pruned = store.prune(volume, &policy, now, *dry_run)?;
+            serde_json::to_value(pruned.iter().map(|v| v.id.to_string()).collect::<Vec<_>>())?
+        }
+    })
+}
+
+/// Sends a request to the process that holds the store at `dir`.
+pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
+    let path = dir.join(SOCKET);
+    let mut s = UnixStream::connect(&path).map_err(|e| {
+        Error::conflict(format!(
+            "the store at {} is in use by another process, and its control socket does not answer ({e})",
+            dir.display()
+        ))
+    })?;
+    serde_json::to_writer(&mut s, req)?;
+    s.write_all(b"\n")?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    match serde_json::from_str::<Response>(&line) {
+        Ok(Response::Ok(v)) => Ok(v),
+        Ok(Response::Err { kind, message }) => Err(Error::new(kind_from(&kind), message)),
+        Err(_) => Err(Error::new(
+            ErrorKind::Unavailable,
+            "the process holding the store closed the control connection without an answer",
+        )),
+    }
+}
+
+fn kind_from(s: &str) -> ErrorKind {
+    [
+        ErrorKind::NotFound,
+        ErrorKind::Corrupt,
+        ErrorKind::InvalidInput,
+        ErrorKind::ReadOnly,
+        ErrorKind::NoSpace,
+        ErrorKind::Conflict,
+    ]
+    .into_iter()
+    .find(|k| k.to_string() == s)
+    .unwrap_or(ErrorKind::Unavailable)
+}
+
+/// A running control socket; removed when dropped.
+pub struct Server {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+}
+
+/// Serves the control socket of `store` on a background thread. Call only
+/// while holding the store open (so any old socket file is stale).
+pub fn serve(store: Store) -> Result<Server> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = store.dir().join(SOCKET);
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::Builder::new().name("forkfs-control".into()).spawn(move || {
+        for conn in listener.incoming() {
+            if flag.load(Ordering::SeqCst) {
+                break;
+            }
+            let Ok(conn) = conn else { continue };
+            let store = store.clone();
+            let _ = std::thread::Builder::new()
+                .name("forkfs-control-req".into())
+                .spawn(move || handle(&store, conn));
+        }
+    })?;
+    Ok(Server { path, stop })
+}
+
+fn handle(store: &Store, conn: UnixStream) {
+    let mut line = String::new();
+    let mut reader = BufReader::new(std::io::Read::take(&conn, MAX_REQUEST));
+    let resp = match reader.read_line(&mut line) {
+        Ok(_) => match serde_json::from_str::<Request>(&line) {
+            Ok(req) => {
+                tracing::info!(?req, "control request");
+                execute(store, &req, &Quiet)
+            }
+            Err(e) => Err(Error::invalid(format!("bad control request: {e}"))),
+        },
+        Err(e) => Err(e.into()),
+    };
+    let resp = match resp {
+        Ok(v) => Response::Ok(v),
+        Err(e) => Response::Err { kind: e.kind().to_string(), message: e.to_string() },
+    };
+    let mut w = &conn;
+    let _ = serde_json::to_writer(&mut w, &resp).map(|_| w.write_all(b"\n"));
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = UnixStream::connect(&self.path);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

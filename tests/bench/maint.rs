@@ -2,8 +2,12 @@
 //!
 //! One store with heavy sharing: a 1 GiB block volume of random data
 //! (64 KiB blocks), snapshotted, then forks of that version, each writing
-//! 4 MiB of its own random data at random blocks and snapshotted. Every
-//! fork adds a version of 1 GiB logical that shares all but 4 MiB. Forks
+//! 4 MiB of its own random data and snapshotted. Every fork adds a version
+//! of 1 GiB logical that shares all but 4 MiB. Two series: the forks write
+//! 64 blocks at random ("scattered", the main figure), which copies about
+//! 41 of the 64 leaves of the block map per fork; or one 4 MiB run at a
+//! random offset ("contiguous", the control), which copies one or two, so
+//! the two series differ in unique metadata, not in logical size. Forks
 //! are added to the same store to reach each size (1, 10, 100 and
 //! 1000 GiB logical by default), and at each size this measures `fsck`,
 //! `fsck --deep`, `gc` with nothing to reclaim, and `gc` after deleting
@@ -14,8 +18,9 @@
 //! memory), opening the store is not timed. Stage times come from the
 //! operations' own progress reports.
 //!
-//! Run with `scripts/bench-maint [FORKS...]` (default `0 9 99 999`); results
-//! are recorded in docs/BENCHMARKS.md.
+//! Run with `scripts/bench-maint [scattered|contiguous] [FORKS...]` (default:
+//! both series, `0 9 99 999` forks); results are recorded in
+//! docs/BENCHMARKS.md.
 
 use forkfs::check::{CheckOptions, CheckReport};
 use forkfs::gc::{GcOptions, GcReport};
@@ -46,6 +51,36 @@ fn fill_random(buf: &mut [u8], seed: &mut u64) {
     for c in buf.chunks_mut(8) {
         let b = next(seed).to_le_bytes();
         c.copy_from_slice(&b[..c.len()]);
+    }
+}
+
+/// Where each fork writes its 4 MiB.
+#[derive(Clone, Copy, PartialEq)]
+enum Writes {
+    /// 64 blocks at random.
+    Scattered,
+    /// One run of 64 blocks at a random block.
+    Contiguous,
+}
+
+impl Writes {
+    fn name(self) -> &'static str {
+        match self {
+            Writes::Scattered => "scattered",
+            Writes::Contiguous => "contiguous",
+        }
+    }
+
+    /// The block index of each of a fork's writes.
+    fn blocks(self, seed: &mut u64) -> Vec<u64> {
+        let (total, n) = (GIB / BLOCK, FORK_WRITE / BLOCK);
+        match self {
+            Writes::Scattered => (0..n).map(|_| next(seed) % total).collect(),
+            Writes::Contiguous => {
+                let first = next(seed) % (total - n + 1);
+                (first..first + n).collect()
+            }
+        }
     }
 }
 
@@ -135,6 +170,7 @@ struct Step {
 /// The shared store and the forks alive in it.
 struct Bench {
     dir: std::path::PathBuf,
+    writes: Writes,
     base: VersionRecord,
     live: VecDeque<String>,
     made: u64,
@@ -142,7 +178,7 @@ struct Bench {
 
 impl Bench {
     /// A store holding the snapshotted 1 GiB base volume.
-    fn new(dir: std::path::PathBuf) -> (Bench, Duration) {
+    fn new(dir: std::path::PathBuf, writes: Writes) -> (Bench, Duration) {
         let _ = std::fs::remove_dir_all(&dir);
         let t = Instant::now();
         let store = Store::init(&dir, StoreConfig::default()).expect("init store");
@@ -157,7 +193,7 @@ impl Bench {
         drop(head);
         let base = store.snapshot("base", &SnapshotOptions::default()).expect("snapshot base");
         drop(store);
-        (Bench { dir, base, live: VecDeque::new(), made: 0 }, t.elapsed())
+        (Bench { dir, writes, base, live: VecDeque::new(), made: 0 }, t.elapsed())
     }
 
     /// Adds forks until `n` are alive.
@@ -165,15 +201,13 @@ impl Bench {
         let t = Instant::now();
         let store = Store::open(&self.dir).expect("open store");
         let mut buf = vec![0u8; BLOCK as usize];
-        let blocks = GIB / BLOCK;
         while self.live.len() < n {
             let name = format!("fork{:04}", self.made);
             let mut seed = 0x9e37_79b9_7f4a_7c15 ^ self.made;
             self.made += 1;
             store.fork(&self.base, &name).expect("fork");
             let head = store.open_volume(&name).expect("open fork");
-            for _ in 0..(FORK_WRITE / BLOCK) {
-                let block = next(&mut seed) % blocks;
+            for block in self.writes.blocks(&mut seed) {
                 fill_random(&mut buf, &mut seed);
                 head.write_at(block * BLOCK, &buf).expect("write fork");
             }
@@ -220,10 +254,15 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn print(steps: &[Step]) {
+fn print(writes: Writes, steps: &[Step]) {
+    let how = match writes {
+        Writes::Scattered => "at 64 random blocks",
+        Writes::Contiguous => "in one run at a random offset",
+    };
     println!(
-        "fsck and gc against store size: a 1 GiB block volume of random data (64 KiB blocks),\n\
-         snapshotted, and N forks of that version each writing {} MiB at random blocks, snapshotted",
+        "fsck and gc against store size ({}): a 1 GiB block volume of random data\n\
+         (64 KiB blocks), snapshotted, and N forks of it each writing {} MiB {how}, snapshotted",
+        writes.name(),
         FORK_WRITE / MIB
     );
     let row = |label: &str, cells: &mut dyn Iterator<Item = String>| {
@@ -301,24 +340,39 @@ fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("forkfs-bench-maint"));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
-    let mut sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .map(|a| a.parse().expect("arguments are fork counts, e.g. 0 9 99 999"))
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let mut series: Vec<Writes> = [Writes::Scattered, Writes::Contiguous]
+        .into_iter()
+        .filter(|w| args.iter().any(|a| a == w.name()))
+        .collect();
+    if series.is_empty() {
+        series = vec![Writes::Scattered, Writes::Contiguous];
+    }
+    let mut sizes: Vec<usize> = args
+        .iter()
+        .filter(|a| series.iter().all(|w| w.name() != a.as_str()))
+        .map(|a| a.parse().expect("arguments: scattered, contiguous, fork counts (0 9 99 999)"))
         .collect();
     if sizes.is_empty() {
         sizes = vec![0, 9, 99, 999];
     }
     assert!(sizes.windows(2).all(|w| w[0] < w[1]), "fork counts must ascend");
     let started = Instant::now();
-    let (mut bench, mut setup) = Bench::new(dir.join("store"));
-    let mut steps = Vec::new();
-    for n in sizes {
-        steps.push(bench.measure(n, setup));
-        setup = Duration::ZERO;
-        eprintln!("measured {n} forks ({:.0} s so far)", started.elapsed().as_secs_f64());
+    for writes in series {
+        let store = dir.join(writes.name());
+        let (mut bench, mut setup) = Bench::new(store.clone(), writes);
+        let mut steps = Vec::new();
+        for &n in &sizes {
+            steps.push(bench.measure(n, setup));
+            setup = Duration::ZERO;
+            eprintln!(
+                "{}: measured {n} forks ({:.0} s so far)",
+                writes.name(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        print(writes, &steps);
+        let _ = std::fs::remove_dir_all(&store);
     }
-    print(&steps);
     println!("total {:.0} s", started.elapsed().as_secs_f64());
-    let _ = std::fs::remove_dir_all(dir.join("store"));
 }

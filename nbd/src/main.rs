@@ -112,13 +112,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .thread_name("forkfs-nbd")
         .build()?;
     rt.block_on(async move {
-        let shutdown = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("installing a SIGTERM handler");
+        // Installed before anything listens: a SIGTERM that arrives as soon
+        // as the socket answers must still mean a graceful stop.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let shutdown = async move {
             tokio::select! {
                 _ = term.recv() => tracing::info!("SIGTERM"),
-                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+                _ = int.recv() => tracing::info!("SIGINT"),
             }
         };
         server::run(exports, cfg, shutdown).await

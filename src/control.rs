@@ -33,7 +33,7 @@ pub enum Request {
 #[serde(rename_all = "kebab-case")]
 enum Response {
     Ok(serde_json::Value),
-    Err { kind: String, message: String },
+    Err { kind: ErrorKind, message: String },
 }
 
 /// Runs a request against an open store.
@@ -81,26 +81,12 @@ pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
     BufReader::new(s).read_line(&mut line)?;
     match serde_json::from_str::<Response>(&line) {
         Ok(Response::Ok(v)) => Ok(v),
-        Ok(Response::Err { kind, message }) => Err(Error::new(kind_from(&kind), message)),
+        Ok(Response::Err { kind, message }) => Err(Error::new(kind, message)),
         Err(_) => Err(Error::new(
             ErrorKind::Unavailable,
             "the process holding the store closed the control connection without an answer",
         )),
     }
-}
-
-fn kind_from(s: &str) -> ErrorKind {
-    [
-        ErrorKind::NotFound,
-        ErrorKind::Corrupt,
-        ErrorKind::InvalidInput,
-        ErrorKind::ReadOnly,
-        ErrorKind::NoSpace,
-        ErrorKind::Conflict,
-    ]
-    .into_iter()
-    .find(|k| k.to_string() == s)
-    .unwrap_or(ErrorKind::Unavailable)
 }
 
 /// A running control socket; removed when dropped.
@@ -149,7 +135,7 @@ fn handle(store: &Store, conn: UnixStream) {
     };
     let resp = match resp {
         Ok(v) => Response::Ok(v),
-        Err(e) => Response::Err { kind: e.kind().to_string(), message: e.to_string() },
+        Err(e) => Response::Err { kind: e.kind(), message: e.to_string() },
     };
     let mut w = &conn;
     let _ = serde_json::to_writer(&mut w, &resp).map(|_| w.write_all(b"\n"));

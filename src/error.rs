@@ -7,7 +7,8 @@
 use std::fmt;
 
 /// What a caller can do about an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ErrorKind {
     /// The named volume, version, chunk or object does not exist.
     NotFound,
@@ -23,6 +24,20 @@ pub enum ErrorKind {
     NoSpace,
     /// Somebody else holds the resource, or it already exists.
     Conflict,
+}
+
+impl ErrorKind {
+    /// The exit code every forkfs command uses for this kind (sysexits.h).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorKind::InvalidInput => 64,
+            ErrorKind::Corrupt => 65,
+            ErrorKind::NotFound => 66,
+            ErrorKind::Unavailable => 69,
+            ErrorKind::NoSpace => 73,
+            ErrorKind::ReadOnly | ErrorKind::Conflict => 75,
+        }
+    }
 }
 
 impl fmt::Display for ErrorKind {

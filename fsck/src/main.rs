@@ -120,13 +120,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 /// Prints a one-line error and returns the exit code for it.
 fn fail(e: &forkfs::Error) -> i32 {
     eprintln!("forkfs-fsck: {e}");
-    match e.kind() {
-        ErrorKind::NotFound => 66,
-        ErrorKind::InvalidInput => 64,
-        ErrorKind::Conflict => 75,
-        ErrorKind::Corrupt => 65,
-        _ => 69,
-    }
+    e.kind().exit_code()
 }
 
 /// Runs a request on the store here, or, when another process (a server or

@@ -11,7 +11,7 @@ mod status;
 mod volume;
 
 use clap::{Parser, Subcommand};
-use forkfs::{Error, ErrorKind, Store};
+use forkfs::{Error, Store};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -147,15 +147,7 @@ fn one_line(e: &anyhow::Error) -> String {
 
 /// Exit codes by error kind (sysexits-style), so scripts can tell them apart.
 fn exit_code(e: &anyhow::Error) -> i32 {
-    match e.downcast_ref::<Error>().map(Error::kind) {
-        Some(ErrorKind::InvalidInput) => 64,
-        Some(ErrorKind::Corrupt) => 65,
-        Some(ErrorKind::NotFound) => 66,
-        Some(ErrorKind::Unavailable) => 69,
-        Some(ErrorKind::NoSpace) => 73,
-        Some(ErrorKind::ReadOnly | ErrorKind::Conflict) => 75,
-        None => 1,
-    }
+    e.downcast_ref::<Error>().map_or(1, |e| e.kind().exit_code())
 }
 
 /// `forkfs nbd ...` runs `forkfs-nbd ...`, `forkfs fsck|gc|prune ...` runs `forkfs-fsck`.

@@ -50,7 +50,7 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Leave packs written more recently than this (e.g. 0s, 10m, 1h)
-        #[arg(long, default_value = "1h", value_parser = duration)]
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         grace: Duration,
         /// Rewrite packs whose live bytes are below this fraction (0 disables)
         #[arg(long, default_value_t = 0.5)]
@@ -99,22 +99,6 @@ fn default_store() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
     Some(data.join("forkfs"))
-}
-
-/// Durations like 0, 500ms, 30s, 10m, 1h, 7d.
-fn duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 0s, 10m, 1h)"))?;
-    let ms = match unit {
-        "ms" => 1,
-        "" | "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h, d)")),
-    };
-    Ok(Duration::from_millis(n.saturating_mul(ms)))
 }
 
 /// Prints a one-line error and returns the exit code for it.

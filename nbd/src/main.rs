@@ -40,26 +40,12 @@ enum Command {
         #[arg(long)]
         export: Vec<String>,
         /// Take a version of changed volumes this often
-        #[arg(long, default_value = "30s", value_parser = humantime_secs)]
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         checkpoint_every: Duration,
         /// After a FLUSH, take a version if this long passed since the last one
-        #[arg(long, default_value = "1s", value_parser = humantime_secs)]
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         checkpoint_after_flush: Duration,
     },
-}
-
-fn humantime_secs(s: &str) -> Result<Duration, String> {
-    let (num, unit) =
-        s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
-    let n: f64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 500ms, 30s, 5m)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h)")),
-    };
-    Ok(Duration::from_secs_f64(secs))
 }
 
 fn default_store() -> PathBuf {

@@ -44,21 +44,6 @@ pub enum Cmd {
     },
 }
 
-/// "90", "90s", "10m", "2h", "1d" -> milliseconds.
-fn parse_age(s: &str) -> anyhow::Result<u64> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let n: u64 =
-        s[..split].parse().map_err(|_| forkfs::Error::invalid(format!("bad age {s:?}")))?;
-    let unit = match &s[split..] {
-        "" | "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(forkfs::Error::invalid(format!("bad age {s:?} (s, m, h, d)")).into()),
-    };
-    Ok(n.saturating_mul(unit))
-}
-
 pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     let store = g.open()?;
     match c {
@@ -110,7 +95,11 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
             let rec = if changed {
                 let mut p = rec.retention.clone().unwrap_or_default();
                 p.keep_recent = keep_recent.unwrap_or(p.keep_recent);
-                p.unit_ms = unit.as_deref().map(parse_age).transpose()?.unwrap_or(p.unit_ms);
+                if let Some(u) = unit.as_deref() {
+                    let d = humantime::parse_duration(u)
+                        .map_err(|e| forkfs::Error::invalid(format!("bad age {u:?}: {e}")))?;
+                    p.unit_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                }
                 p.per_bucket = per_bucket.unwrap_or(p.per_bucket);
                 let auto = auto_prune.map_or(rec.auto_prune, |a| a == "on");
                 store.set_retention(&name, (!default).then_some(p), auto)?

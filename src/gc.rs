@@ -160,15 +160,11 @@ impl Store {
         if opts.dry_run {
             report.packs_deleted = doomed.len() as u64;
             report.packs_compacted = compact.len() as u64;
-            let live_bytes = |p: &PackUse| -> u64 {
-                p.chunks
-                    .iter()
-                    .filter(|(c, _)| live.contains(c))
-                    .map(|(_, l)| l.stored_len as u64)
-                    .sum()
-            };
             report.bytes_reclaimed = doomed.iter().map(|p| p.info.len).sum::<u64>()
-                + compact.iter().map(|p| p.info.len - live_bytes(p).min(p.info.len)).sum::<u64>();
+                + compact
+                    .iter()
+                    .map(|p| p.info.len - live_bytes(p, &live).min(p.info.len))
+                    .sum::<u64>();
             report.orphans_deleted = self.gc_orphans(start_ms, grace_ms, true, &mut report)?;
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             return Ok(report);
@@ -388,12 +384,21 @@ impl Store {
     }
 }
 
+/// Stored bytes of the live chunks of `p`.
+fn live_bytes(p: &PackUse, live: &HashSet<ChunkId>) -> u64 {
+    p.chunks.iter().filter(|(c, _)| live.contains(c)).map(|(_, l)| l.stored_len as u64).sum()
+}
+
 fn fate(p: &PackUse, live: &HashSet<ChunkId>, compact_below: f64) -> Fate {
-    let live_bytes: u64 =
-        p.chunks.iter().filter(|(c, _)| live.contains(c)).map(|(_, l)| l.stored_len as u64).sum();
-    if live_bytes == 0 {
+    let live = live_bytes(p, live);
+    // The fraction is of the body: header, footer and trailer are overhead a
+    // rewritten pack has too (else a small, fully live pack is rewritten forever).
+    let overhead = (pack::HEADER_LEN + pack::TRAILER_LEN) as u64
+        + p.info.count as u64 * pack::ENTRY_LEN as u64;
+    let body = p.info.len.saturating_sub(overhead);
+    if live == 0 {
         Fate::Delete
-    } else if (live_bytes as f64) < compact_below * p.info.len as f64 {
+    } else if (live as f64) < compact_below * body as f64 {
         Fate::Compact
     } else {
         Fate::Keep

@@ -24,13 +24,6 @@ struct Cli {
     /// Machine-readable JSON output
     #[arg(long, global = true)]
     json: bool,
-    /// Verify every chunk's content (decompress and hash everything)
-    #[arg(long)]
-    deep: bool,
-    /// Rebuild the index from pack footers, restore version records from
-    /// their object copies, mark versions that reference lost data damaged
-    #[arg(long)]
-    repair: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -39,8 +32,12 @@ struct Cli {
 enum Command {
     /// Verify every version and head (the default)
     Check {
+        /// Verify every chunk's content (decompress and hash everything)
         #[arg(long)]
         deep: bool,
+        /// Rebuild the index from pack footers, salvage damaged packs,
+        /// restore version records from their object copies, mark versions
+        /// that reference lost data damaged
         #[arg(long)]
         repair: bool,
     },
@@ -79,9 +76,7 @@ fn main() {
     };
     let command = cli.command.unwrap_or(Command::Check { deep: false, repair: false });
     let code = match command {
-        Command::Check { deep, repair } => {
-            check(&dir, deep || cli.deep, repair || cli.repair, cli.json)
-        }
+        Command::Check { deep, repair } => check(&dir, deep, repair, cli.json),
         Command::Gc { dry_run, grace, compact_below } => {
             let opts =
                 forkfs::gc::GcOptions { dry_run, grace, compact_below, ..Default::default() };

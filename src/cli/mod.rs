@@ -150,12 +150,13 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     e.downcast_ref::<Error>().map_or(1, |e| e.kind().exit_code())
 }
 
-/// `forkfs nbd ...` runs `forkfs-nbd ...`, `forkfs fsck|gc|prune ...` runs `forkfs-fsck`.
+/// `forkfs nbd ...` runs `forkfs-nbd ...`, `forkfs fsck ...` runs
+/// `forkfs-fsck check ...`, `forkfs gc|prune ...` run `forkfs-fsck gc|prune ...`.
 fn external(g: &Global, args: Vec<String>) -> i32 {
     let Some(sub) = args.first() else { return 2 };
     let (bin, rest): (&str, Vec<String>) = match sub.as_str() {
         "nbd" => ("forkfs-nbd", args[1..].to_vec()),
-        "fsck" => ("forkfs-fsck", args[1..].to_vec()),
+        "fsck" => ("forkfs-fsck", [&["check".to_string()], &args[1..]].concat()),
         "gc" | "prune" => ("forkfs-fsck", args.clone()),
         other => {
             eprintln!("forkfs: unknown command {other:?} (see forkfs --help)");

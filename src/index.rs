@@ -91,7 +91,7 @@ pub struct PackInfo {
 }
 
 impl PackInfo {
-    pub(crate) fn encode(&self) -> [u8; 20] {
+    fn encode(&self) -> [u8; 20] {
         let mut b = [0u8; 20];
         b[0..4].copy_from_slice(&self.count.to_le_bytes());
         b[4..12].copy_from_slice(&self.len.to_le_bytes());
@@ -196,6 +196,10 @@ impl Index {
         }
         let info =
             PackInfo { count: entries.len() as u32, len, created_ms: crate::version::now_ms() };
+        self.put_pack_info(batch, pack, &info);
+    }
+
+    pub(crate) fn put_pack_info(&self, batch: &mut WriteBatch, pack: PackId, info: &PackInfo) {
         batch.put_cf(self.cf(CF_PACKS), pack.0, info.encode());
     }
 

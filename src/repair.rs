@@ -13,7 +13,7 @@
 use crate::check::CheckReport;
 use crate::error::{Error, Result};
 use crate::id::{ChunkId, PackId, VersionId};
-use crate::index::{CF_META, CF_PACKS, Location, PackInfo};
+use crate::index::{CF_META, Location, PackInfo};
 use crate::pack::{self, Entry, PackWriter};
 use crate::paths;
 use crate::progress::Progress;
@@ -125,7 +125,7 @@ impl Store {
         for (id, (len, count)) in &sound {
             if indexed.get(id).is_none_or(|i| (i.len, i.count) != (*len, *count)) {
                 let info = PackInfo { count: *count, len: *len, created_ms: now_ms() };
-                b.put_cf(index.cf(CF_PACKS), id.0, info.encode());
+                index.put_pack_info(&mut b, *id, &info);
                 report.packs_indexed += 1;
             }
         }

@@ -185,9 +185,11 @@ fn each_kind_of_damage_is_found_named_and_repaired() {
                 let marked = v["repair"]["damaged_versions"].as_array().unwrap();
                 assert!(!marked.is_empty(), "{what}: no version marked damaged: {v:#}");
                 assert!(after_p.contains("disk@"), "{what}: {after_p}");
-                // Damaged versions stay listed; nothing was deleted.
+                // Damaged versions stay listed, marked; nothing was deleted.
                 let log = common::json(&s, &["log", "disk"]);
                 assert_eq!(log.as_array().map(|a| a.len()), Some(2), "{what}: {log}");
+                let n = log.as_array().unwrap().iter().filter(|v| !v["damaged"].is_null()).count();
+                assert_eq!(n, marked.len(), "{what}: log marks {n} damaged: {log}");
             }
         }
         assert!(

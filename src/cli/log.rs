@@ -25,12 +25,18 @@ pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
     for (n, id) in store.tags(&vol)? {
         names.entry(id).or_default().push(n);
     }
+    // Marks left by `fsck --repair` on versions that reference lost data.
+    let damaged: HashMap<_, String> = versions
+        .iter()
+        .filter_map(|v| store.damaged(&v.id).transpose().map(|d| d.map(|d| (v.id, d))))
+        .collect::<forkfs::Result<_>>()?;
     if g.json {
         let out: Vec<_> = versions
             .iter()
             .map(|v| {
                 let mut j = serde_json::to_value(v).unwrap_or_default();
                 j["names"] = serde_json::json!(names.get(&v.id).cloned().unwrap_or_default());
+                j["damaged"] = serde_json::json!(damaged.get(&v.id));
                 j
             })
             .collect();
@@ -43,6 +49,9 @@ pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
             marks.push("HEAD".to_string());
         }
         marks.extend(names.get(&v.id).cloned().unwrap_or_default());
+        if damaged.contains_key(&v.id) {
+            marks.push("DAMAGED: see forkfs fsck".to_string());
+        }
         let marks =
             if marks.is_empty() { String::new() } else { format!(" ({})", marks.join(", ")) };
         println!(

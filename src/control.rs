@@ -89,10 +89,13 @@ pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
     }
 }
 
-/// A running control socket; removed when dropped.
+/// A running control socket. Dropping it stops the listener, waits for
+/// requests in progress, and so releases its handle on the store: the store
+/// (and RocksDB) must be closed before the process exits.
 pub struct Server {
     path: PathBuf,
     stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Serves the control socket of `store` on a background thread. Call only
@@ -105,19 +108,25 @@ pub fn serve(store: Store) -> Result<Server> {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    std::thread::Builder::new().name("forkfs-control".into()).spawn(move || {
+    let thread = std::thread::Builder::new().name("forkfs-control".into()).spawn(move || {
+        let mut requests: Vec<std::thread::JoinHandle<()>> = Vec::new();
         for conn in listener.incoming() {
             if flag.load(Ordering::SeqCst) {
                 break;
             }
+            requests.retain(|t| !t.is_finished());
             let Ok(conn) = conn else { continue };
             let store = store.clone();
-            let _ = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name("forkfs-control-req".into())
                 .spawn(move || handle(&store, conn));
+            requests.extend(spawned.ok());
+        }
+        for t in requests {
+            let _ = t.join();
         }
     })?;
-    Ok(Server { path, stop })
+    Ok(Server { path, stop, thread: Some(thread) })
 }
 
 fn handle(store: &Store, conn: UnixStream) {
@@ -147,5 +156,8 @@ impl Drop for Server {
         // Wake the accept loop so it sees the flag.
         let _ = UnixStream::connect(&self.path);
         let _ = std::fs::remove_file(&self.path);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

@@ -24,9 +24,45 @@ const MAX_REQUEST: u64 = 64 << 10;
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum Request {
-    Gc { dry_run: bool, grace_ms: u64, compact_below: f64 },
-    Check { deep: bool },
-    Prune { volume: String, keep_recent: Option<usize>, unit_ms: Option<u64>, dry_run: bool },
+    Gc {
+        dry_run: bool,
+        grace_ms: u64,
+        compact_below: f64,
+    },
+    Check {
+        deep: bool,
+    },
+    Prune {
+        volume: String,
+        keep_recent: Option<usize>,
+        unit_ms: Option<u64>,
+        dry_run: bool,
+    },
+    Snapshot {
+        volume: String,
+        name: Option<String>,
+        label: Option<String>,
+    },
+    /// Fork `source` (VOL for its current state, or VOL@VERSION) as `new`.
+    Fork {
+        source: String,
+        new: String,
+    },
+    /// Set the head of `volume` to `version` (VOL@VERSION or a version of `volume`).
+    Restore {
+        volume: String,
+        version: String,
+    },
+    /// Show (`None`) or set a block volume's consistency mode.
+    Consistency {
+        volume: String,
+        mode: Option<crate::consistency::Consistency>,
+    },
+    /// The version graph of `volume`: versions (with names and damage
+    /// marks), rollbacks and the head's base.
+    Log {
+        volume: String,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -63,7 +99,65 @@ pub fn execute(store: &Store, req: &Request, progress: &dyn Progress) -> Result<
             let pruned = store.prune(volume, &policy, now, *dry_run)?;
             serde_json::to_value(pruned.iter().map(|v| v.id.to_string()).collect::<Vec<_>>())?
         }
+        Request::Snapshot { volume, name, label } => {
+            let opts = crate::graph::SnapshotOptions {
+                name: name.clone(),
+                label: label.clone(),
+                ..Default::default()
+            };
+            serde_json::to_value(store.snapshot(volume, &opts)?)?
+        }
+        Request::Fork { source, new } => {
+            let from = store.resolve_version(source)?;
+            let rec = store.fork(&from, new)?;
+            serde_json::json!({ "from": from, "volume": rec })
+        }
+        Request::Restore { volume, version } => {
+            let spec =
+                if version.contains('@') { version.clone() } else { format!("{volume}@{version}") };
+            let crate::graph::Target::Version(to) = store.resolve(&spec)? else {
+                return Err(Error::invalid("restore needs a version"));
+            };
+            let pre = store.restore(volume, &to)?;
+            serde_json::json!({ "restored": to, "previous_head": pre })
+        }
+        Request::Consistency { volume, mode: Some(m) } => {
+            serde_json::to_value(store.set_consistency(volume, *m)?)?
+        }
+        Request::Consistency { volume, mode: None } => serde_json::to_value(store.volume(volume)?)?,
+        Request::Log { volume } => log(store, volume)?,
     })
+}
+
+fn log(store: &Store, volume: &str) -> Result<serde_json::Value> {
+    let vol = store.volume(volume)?;
+    let mut names: std::collections::HashMap<_, Vec<String>> = Default::default();
+    for (n, id) in store.tags(&vol)? {
+        names.entry(id).or_default().push(n);
+    }
+    let mut versions = Vec::new();
+    for v in store.log(&vol)? {
+        let mut j = serde_json::to_value(&v)?;
+        j["names"] = serde_json::json!(names.remove(&v.id).unwrap_or_default());
+        // Marks left by `fsck --repair` on versions that reference lost data.
+        j["damaged"] = serde_json::json!(store.damaged(&v.id)?);
+        versions.push(j);
+    }
+    Ok(serde_json::json!({
+        "head_base": store.open_volume(volume)?.state().base,
+        "versions": versions,
+        "rollbacks": store.rollbacks(&vol)?,
+    }))
+}
+
+/// Runs a request on the store at `dir`: here when the store is free
+/// (opened for this one request), else inside the process that holds it.
+pub fn run(dir: &Path, req: &Request, progress: &dyn Progress) -> Result<serde_json::Value> {
+    match Store::open(dir) {
+        Ok(store) => execute(&store, req, progress),
+        Err(e) if e.kind() == ErrorKind::Conflict && dir.join(SOCKET).exists() => call(dir, req),
+        Err(e) => Err(e),
+    }
 }
 
 /// Sends a request to the process that holds the store at `dir`.

@@ -116,6 +116,9 @@ impl Store {
                 for k in h.zeroed_base_keys(h.state().root)? {
                     keys.insert((Space::Root, k));
                 }
+                for k in h.pending_changed(h.state().root)? {
+                    keys.insert((Space::Root, k));
+                }
             }
         }
         match ka {

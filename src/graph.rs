@@ -105,12 +105,19 @@ impl Store {
             {
                 return Ok(v);
             }
-            let floor = if clean { None } else { Some(self.datalog().rotate(rec.id)?) };
+            let floor = if clean {
+                None
+            } else {
+                // Unsealed writes (deferred heads) may still need older segments.
+                let next = self.datalog().rotate(rec.id)?;
+                Some(head.pending_min_segment().map_or(next, |m| m.min(next)))
+            };
             (state, clean, floor)
         };
         // Phase 2: fold and make everything the version names durable.
         let _session = self.chunks().write_session();
-        let (root, folded) = if clean { (state.root, Vec::new()) } else { head.fold()? };
+        let (root, folded, generation) =
+            if clean { (state.root, Vec::new(), head.sealed_generation()) } else { head.fold()? };
         self.chunks().flush()?;
         let version = VersionRecord {
             format: RECORD_FORMAT,
@@ -127,7 +134,7 @@ impl Store {
             label: opts.label.clone(),
             origin: opts.origin.unwrap_or(Origin::Manual),
             pinned: opts.name.is_some(),
-            generation: None,
+            generation,
         }
         .seal()?;
         let json = serde_json::to_vec_pretty(&version)?;
@@ -294,6 +301,11 @@ impl Store {
             },
         )?;
         let new_head = HeadRecord { base: Some(to.id), root: to.root, next_seq: pre.seq + 1 };
+        // Unsealed writes of a deferred head belong to the tree being replaced.
+        let dropped = head.discard_pending()?;
+        if dropped.bytes > 0 {
+            tracing::info!(volume = %rec.name, bytes = dropped.bytes, "restore dropped unsealed writes");
+        }
         let mut b = WriteBatch::default();
         self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
         head.overlay().clear(&mut b);

@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod check;
 pub mod chunk;
+pub mod consistency;
 pub mod control;
 pub mod datalog;
 pub mod diff;
@@ -29,15 +30,18 @@ pub mod progress;
 pub mod reach;
 pub mod repair;
 pub mod retention;
+pub mod rollback;
 pub mod stats;
 pub mod store;
 pub mod version;
 pub mod volume;
 
+pub use consistency::Consistency;
 pub use diff::{BlockRange, Diff, PathChange, PathDiff};
 pub use error::{Error, ErrorKind, Result};
 pub use graph::{SnapshotOptions, Target};
 pub use id::{ChunkId, PackId, VersionId, VolumeId, VolumeName};
+pub use rollback::RollbackRecord;
 pub use store::{Store, StoreConfig};
 pub use version::{Origin, VersionRecord, VolumeKind, VolumeRecord};
 pub use volume::Head;

@@ -157,10 +157,23 @@ impl<'a> Overlay<'a> {
     /// Calls `f` for every entry of the volume, grouped and sorted by
     /// (space, owner, key).
     pub fn for_each(&self, f: &mut dyn FnMut(Entry) -> Result<()>) -> Result<()> {
+        self.for_each_in(None, f)
+    }
+
+    /// [`Overlay::for_each`] as of a RocksDB snapshot (`None`: now).
+    pub fn for_each_in(
+        &self,
+        snap: Option<&rocksdb::Snapshot<'_>>,
+        f: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
         let prefix = self.vol.0.to_be_bytes();
         let cf = self.index.cf(CF_OVERLAY);
-        for item in self.index.db().iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward))
-        {
+        let mode = IteratorMode::From(&prefix, Direction::Forward);
+        let iter = match snap {
+            Some(s) => s.iterator_cf(cf, mode),
+            None => self.index.db().iterator_cf(cf, mode),
+        };
+        for item in iter {
             let (k, v) = item?;
             if !k.starts_with(&prefix) {
                 break;

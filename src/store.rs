@@ -131,6 +131,7 @@ impl Store {
                 store.inner.datalog.drop_below(vol.id, floor)?;
             }
         }
+        store.recover_unsealed()?;
         Ok(store)
     }
 
@@ -256,6 +257,7 @@ impl Store {
             forked_from,
             retention: None,
             auto_prune: true,
+            consistency: Default::default(),
         };
         // Nodes of a new root must be durable before anything names them.
         self.chunks().flush()?;
@@ -283,6 +285,12 @@ impl Store {
         Ok(head)
     }
 
+    /// The head of `name` if this process has it open.
+    pub(crate) fn open_head(&self, name: &str) -> Option<Arc<Head>> {
+        let rec = self.volume(name).ok()?;
+        self.inner.heads.lock().get(&rec.id).and_then(Weak::upgrade)
+    }
+
     /// Deletes a volume with its head, overlay, tags and versions. Space is
     /// reclaimed by the next GC.
     pub fn delete_volume(&self, name: &str) -> Result<()> {
@@ -297,7 +305,10 @@ impl Store {
         b.delete_cf(meta, keys::volume(name));
         b.delete_cf(meta, keys::head(rec.id));
         b.delete_cf(meta, keys::log_floor(rec.id));
-        for prefix in [keys::log_prefix(rec.id), keys::tag_prefix(rec.id)] {
+        b.delete_cf(meta, keys::unsealed(rec.id));
+        for prefix in
+            [keys::log_prefix(rec.id), keys::tag_prefix(rec.id), keys::rollback_prefix(rec.id)]
+        {
             for (k, _) in self.index().scan_meta(&prefix)? {
                 b.delete_cf(meta, k);
             }

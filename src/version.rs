@@ -64,6 +64,9 @@ pub struct VolumeRecord {
     /// Prune automatic versions after each automatic checkpoint.
     #[serde(default = "yes")]
     pub auto_prune: bool,
+    /// How a block volume persists when served over NBD.
+    #[serde(default)]
+    pub consistency: crate::consistency::Consistency,
 }
 
 fn yes() -> bool {
@@ -156,6 +159,19 @@ pub mod keys {
     /// Set by `fsck --repair` on a version that references missing data.
     pub fn damaged(id: &VersionId) -> String {
         format!("damaged/{id}")
+    }
+    /// Present while a deferred head holds unsealed writes (see
+    /// `volume/deferred.rs`); found at open, it means a process died with them.
+    pub fn unsealed(v: VolumeId) -> String {
+        format!("unsealed/{:016x}", v.0)
+    }
+    pub const UNSEALED_PREFIX: &str = "unsealed/";
+    pub fn rollback_prefix(v: VolumeId) -> String {
+        format!("rollback/{:016x}/", v.0)
+    }
+    /// A rollback of the head to its last sealed state (see `rollback.rs`).
+    pub fn rollback(v: VolumeId, at_ms: u64, seq: u64) -> String {
+        format!("rollback/{:016x}/{at_ms:016x}-{seq:08x}", v.0)
     }
     pub fn tag_prefix(v: VolumeId) -> String {
         format!("tag/{:016x}/", v.0)

@@ -4,10 +4,10 @@
 mod progress;
 
 use clap::{Parser, Subcommand};
+use forkfs::Store;
 use forkfs::check::CheckReport;
 use forkfs::control::{self, Request};
 use forkfs::gc::GcReport;
-use forkfs::{ErrorKind, Store};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -109,13 +109,7 @@ fn run<T: serde::de::DeserializeOwned>(
     req: &Request,
     bar: &progress::Bar,
 ) -> Result<T, forkfs::Error> {
-    let value = match Store::open(dir) {
-        Ok(store) => control::execute(&store, req, bar)?,
-        Err(e) if e.kind() == ErrorKind::Conflict && dir.join(control::SOCKET).exists() => {
-            control::call(dir, req)?
-        }
-        Err(e) => return Err(e),
-    };
+    let value = control::run(dir, req, bar)?;
     bar.finish();
     serde_json::from_value(value).map_err(|e| forkfs::Error::corrupt(format!("bad reply: {e}")))
 }

@@ -3,6 +3,7 @@
 //! is blocking core calls; sessions run them on tokio's blocking pool.
 //! Core errors become NBD errnos in exactly one place, [`errno`].
 
+use crate::persist::{End, Mode, Persistence};
 use crate::proto::Errno;
 use forkfs::volume::block::{allocated_in_version_range, read_version};
 use forkfs::{ErrorKind, Head, SnapshotOptions, Store, Target, VersionRecord, VolumeKind};
@@ -59,6 +60,10 @@ pub struct Export {
     pub counters: Counters,
     /// When the version graph last advanced (flush mode checkpoints).
     last_checkpoint: Mutex<Instant>,
+    /// Live exports: when writes become durable.
+    persist: Option<Arc<Persistence>>,
+    /// The last metrics report: when, and the safe point count then.
+    reported: Mutex<(Instant, u64)>,
 }
 
 impl Export {
@@ -86,23 +91,65 @@ impl Export {
         self.head()?.write_at(offset, data)?;
         Counters::add(&self.counters.writes, 1);
         Counters::add(&self.counters.bytes_written, data.len() as u64);
-        if fua { self.flush() } else { Ok(()) }
+        self.persist()?.after_write(offset, Some(data), data.len() as u64, fua)
     }
 
     /// TRIM and WRITE_ZEROES: metadata only (holes, range tombstones).
     pub fn zero(&self, offset: u64, len: u64, fua: bool) -> forkfs::Result<()> {
         self.head()?.write_zeroes(offset, len)?;
         Counters::add(&self.counters.zeroes, 1);
-        if fua { self.flush() } else { Ok(()) }
+        self.persist()?.after_write(offset, None, len, fua)
     }
 
-    /// Makes every acknowledged write durable on local disk.
+    /// NBD_CMD_FLUSH: every acknowledged write durable on local disk (flush
+    /// mode), or what the consistency mode makes of it.
     pub fn flush(&self) -> forkfs::Result<()> {
-        if let Backing::Live(h) = &self.backing {
-            h.flush()?;
+        if let Some(p) = &self.persist {
+            p.flush()?;
             Counters::add(&self.counters.flushes, 1);
         }
         Ok(())
+    }
+
+    fn persist(&self) -> forkfs::Result<&Persistence> {
+        self.persist
+            .as_deref()
+            .ok_or_else(|| forkfs::Error::read_only("this export is a read-only version"))
+    }
+
+    /// A connection attaches: the epoch its requests must match (live exports).
+    pub fn attach(&self) -> u64 {
+        self.persist.as_ref().map_or(0, |p| p.attach())
+    }
+
+    /// Fails the requests of a connection that outlived a rollback.
+    pub fn check_epoch(&self, epoch: u64) -> forkfs::Result<()> {
+        self.persist.as_ref().map_or(Ok(()), |p| p.check_epoch(epoch))
+    }
+
+    /// A connection ended: in btrfs mode an unclean end rolls the disk back
+    /// to its last safe point.
+    pub fn detach(&self, end: End) {
+        if let Some(p) = &self.persist
+            && let Err(e) = p.detach(end)
+        {
+            tracing::error!(export = %self.name, error = %e, "persisting after disconnect failed");
+        }
+    }
+
+    /// At shutdown, after every connection ended: flush mode persists.
+    pub fn shutdown(&self) -> forkfs::Result<()> {
+        match &self.persist {
+            Some(p) if !p.deferred() => p.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Logs safe-point metrics (deferred exports).
+    pub fn report(&self, per: Duration) {
+        if let Some(p) = &self.persist {
+            p.report(per, &self.reported);
+        }
     }
 
     /// Records the head as an automatic version if it changed and at least
@@ -115,12 +162,14 @@ impl Export {
                 return Ok(false);
             }
         }
-        let opts = SnapshotOptions {
-            origin: Some(forkfs::Origin::Auto),
-            skip_if_clean: true,
-            ..Default::default()
-        };
+        // A deferred head's overlay is always a sealed safe point.
+        let origin = if h.is_deferred() { forkfs::Origin::SafePoint } else { forkfs::Origin::Auto };
+        let opts =
+            SnapshotOptions { origin: Some(origin), skip_if_clean: true, ..Default::default() };
         self.store.snapshot(h.record().name.as_str(), &opts)?;
+        if let Some(p) = &self.persist {
+            p.committed();
+        }
         *self.last_checkpoint.lock() = Instant::now();
         Counters::add(&self.counters.checkpoints, 1);
         Ok(true)
@@ -165,12 +214,22 @@ impl Export {
 pub struct Exports {
     store: Store,
     only: Vec<String>,
+    /// `--consistency`: per volume, and for all (`None`).
+    modes: Vec<(Option<String>, Mode)>,
     open: Mutex<HashMap<String, Arc<Export>>>,
 }
 
 impl Exports {
-    pub fn new(store: Store, only: Vec<String>) -> Exports {
-        Exports { store, only, open: Mutex::new(HashMap::new()) }
+    pub fn new(store: Store, only: Vec<String>, modes: Vec<(Option<String>, Mode)>) -> Exports {
+        Exports { store, only, modes, open: Mutex::new(HashMap::new()) }
+    }
+
+    /// The mode of a live volume: its `--consistency VOL=MODE`, else
+    /// `--consistency MODE`, else the volume's own setting.
+    fn mode_of(&self, vol: &forkfs::VolumeRecord) -> Mode {
+        let named = self.modes.iter().find(|(v, _)| v.as_deref() == Some(vol.name.as_str()));
+        let all = || self.modes.iter().find(|(v, _)| v.is_none());
+        named.or_else(all).map_or(vol.consistency.into(), |(_, m)| *m)
     }
 
     fn allowed(&self, name: &str) -> bool {
@@ -193,16 +252,22 @@ impl Exports {
         if !self.allowed(name) {
             return Err(forkfs::Error::not_found(format!("export {name:?} is not served")));
         }
-        if let Some(e) = self.open.lock().get(name) {
+        // Held throughout: one Export (and one safe-point detector) per name.
+        let mut open = self.open.lock();
+        if let Some(e) = open.get(name) {
             return Ok(e.clone());
         }
+        let mut persist = None;
         let (backing, size, block_size, description) = match self.store.resolve(name)? {
             Target::Head(v) => {
                 if v.kind != VolumeKind::Block {
                     return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
                 }
                 let h = self.store.open_volume(v.name.as_str())?;
-                (Backing::Live(h), v.size, v.block_size, format!("forkfs volume {name} (live)"))
+                let mode = self.mode_of(&v);
+                persist = Some(Persistence::new(h.clone(), self.store.clone(), mode)?);
+                let d = format!("forkfs volume {name} (live, {mode:?} consistency)");
+                (Backing::Live(h), v.size, v.block_size, d)
             }
             Target::Version(v) => {
                 if v.kind != VolumeKind::Block {
@@ -222,8 +287,10 @@ impl Exports {
             backing,
             counters: Counters::default(),
             last_checkpoint: Mutex::new(Instant::now()),
+            persist,
+            reported: Mutex::new((Instant::now(), 0)),
         });
-        self.open.lock().insert(name.to_string(), export.clone());
+        open.insert(name.to_string(), export.clone());
         Ok(export)
     }
 

@@ -2,8 +2,8 @@
 
 mod export;
 mod negotiate;
+mod persist;
 mod proto;
-#[allow(dead_code)] // wired into the session by the --consistency btrfs mode
 mod safepoint;
 mod server;
 mod session;
@@ -45,7 +45,21 @@ enum Command {
         /// After a FLUSH, take a version if this long passed since the last one
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         checkpoint_after_flush: Duration,
+        /// When writes persist: `flush` (every FLUSH/FUA) or `btrfs` (only at
+        /// btrfs commits; writes after the last one are discarded when a
+        /// client goes away uncleanly). MODE for every live export, or
+        /// VOL=MODE for one; repeatable [default: each volume's setting,
+        /// see `forkfs volume consistency`]
+        #[arg(long, value_name = "[VOL=]MODE", value_parser = parse_mode)]
+        consistency: Vec<(Option<String>, persist::Mode)>,
     },
+}
+
+fn parse_mode(s: &str) -> Result<(Option<String>, persist::Mode), String> {
+    match s.split_once('=') {
+        Some((vol, m)) => Ok((Some(vol.to_string()), m.parse()?)),
+        None => Ok((None, s.parse()?)),
+    }
 }
 
 fn default_store() -> PathBuf {
@@ -73,13 +87,19 @@ fn main() {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let Command::Serve { listen, socket, export, checkpoint_every, checkpoint_after_flush } =
-        cli.command;
+    let Command::Serve {
+        listen,
+        socket,
+        export,
+        checkpoint_every,
+        checkpoint_after_flush,
+        consistency,
+    } = cli.command;
     let dir = cli.store.unwrap_or_else(default_store);
     let store = forkfs::Store::open(&dir)?;
     // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
     let _control = forkfs::control::serve(store.clone())?;
-    let exports = Arc::new(export::Exports::new(store, export.clone()));
+    let exports = Arc::new(export::Exports::new(store, export.clone(), consistency));
     for name in &export {
         exports.open(name).map_err(|e| anyhow::anyhow!("export {name}: {e}"))?;
     }

@@ -86,7 +86,13 @@ pub async fn run(
             _ = &mut shutdown => break,
             _ = timer.tick() => {
                 let ex = exports.clone();
-                tokio::task::spawn_blocking(move || checkpoint_all(&ex));
+                let every = cfg.checkpoint_every;
+                tokio::task::spawn_blocking(move || {
+                    checkpoint_all(&ex);
+                    for e in ex.opened() {
+                        e.report(every);
+                    }
+                });
             }
             Ok((s, peer)) = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
                 let _ = s.set_nodelay(true);
@@ -106,12 +112,13 @@ pub async fn run(
     let ex = exports.clone();
     tokio::task::spawn_blocking(move || {
         for e in ex.opened() {
-            if let Err(err) = e.flush() {
+            if let Err(err) = e.shutdown() {
                 tracing::error!(export = %e.name, error = %err, "final flush failed");
             }
         }
         checkpoint_all(&ex);
         for e in ex.opened() {
+            e.report(cfg.checkpoint_every);
             let c = &e.counters;
             tracing::info!(
                 export = %e.name,

@@ -5,6 +5,7 @@
 
 use crate::export::{Counters, Export, errno};
 use crate::negotiate::{MAX_REQUEST, MetaContext, Negotiated, invalid};
+use crate::persist::End;
 use crate::proto::consts::REQUEST_HEADER_LEN;
 use crate::proto::{self, CmdFlags, Command, Errno, Request};
 use std::sync::Arc;
@@ -43,6 +44,31 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Negotiated { export, structured, contexts } = n;
+    let epoch = export.attach();
+    let res = transmit(stream, &export, structured, contexts, epoch, cfg, &mut stop).await;
+    let end = match &res {
+        Ok(true) => End::Clean,
+        _ if *stop.borrow() => End::Stopped,
+        _ => End::Lost,
+    };
+    let ex = export.clone();
+    let _ = tokio::task::spawn_blocking(move || ex.detach(end)).await;
+    res.map(|_| ())
+}
+
+/// Runs requests until the connection ends; `Ok(true)` after NBD_CMD_DISC.
+async fn transmit<S>(
+    stream: S,
+    export: &Arc<Export>,
+    structured: bool,
+    contexts: Vec<MetaContext>,
+    epoch: u64,
+    cfg: SessionConfig,
+    stop: &mut watch::Receiver<bool>,
+) -> std::io::Result<bool>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let contexts = Arc::new(contexts);
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -53,8 +79,44 @@ where
         wr.flush().await?;
         Ok::<_, std::io::Error>(wr)
     });
-    let budget = Arc::new(Semaphore::new(MAX_INFLIGHT));
     let mut tasks = tokio::task::JoinSet::new();
+    let conn = Conn { export: export.clone(), structured, contexts, epoch, cfg, tx };
+    // However the loop ends, the requests in flight finish first: a
+    // connection is over only when nothing of it can still touch the disk.
+    let ended = requests(&mut rd, &conn, &mut tasks, stop).await;
+    while tasks.join_next().await.is_some() {}
+    drop(conn);
+    match writer.await {
+        Ok(Ok(mut wr)) => {
+            let _ = wr.shutdown().await;
+            ended
+        }
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(invalid(e)),
+    }
+}
+
+/// One connection's fixed context for its requests.
+struct Conn {
+    export: Arc<Export>,
+    structured: bool,
+    contexts: Arc<Vec<MetaContext>>,
+    epoch: u64,
+    cfg: SessionConfig,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+/// Reads requests and starts each as a task until the connection ends;
+/// `Ok(true)` after NBD_CMD_DISC.
+async fn requests<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    conn: &Conn,
+    tasks: &mut tokio::task::JoinSet<()>,
+    stop: &mut watch::Receiver<bool>,
+) -> std::io::Result<bool> {
+    let Conn { export, structured, contexts, epoch, cfg, tx } = conn;
+    let (structured, epoch) = (*structured, *epoch);
+    let budget = Arc::new(Semaphore::new(MAX_INFLIGHT));
     let mut clean = false;
     loop {
         let mut hdr = [0u8; REQUEST_HEADER_LEN];
@@ -83,11 +145,11 @@ where
                     return Err(invalid("write payload too large"));
                 }
                 tokio::io::copy(
-                    &mut (&mut rd).take(u64::from(payload_len)),
+                    &mut (&mut *rd).take(u64::from(payload_len)),
                     &mut tokio::io::sink(),
                 )
                 .await?;
-                reply_error(&tx, &req, structured, Errno::Inval, "request over 32 MiB");
+                reply_error(tx, &req, structured, Errno::Inval, "request over 32 MiB");
                 continue;
             }
             payload = vec![0u8; payload_len as usize];
@@ -97,9 +159,9 @@ where
             clean = true;
             break;
         }
-        if let Err((e, msg)) = validate(&req, &export, structured, contexts.len()) {
+        if let Err((e, msg)) = validate(&req, export, structured, contexts.len()) {
             Counters::add(&export.counters.errors, 1);
-            reply_error(&tx, &req, structured, e, msg);
+            reply_error(tx, &req, structured, e, msg);
             continue;
         }
         let cost = (req.length as usize).min(MAX_REQUEST as usize).max(1);
@@ -107,7 +169,11 @@ where
         let (ex, ctx, tx, cfg) = (export.clone(), contexts.clone(), tx.clone(), cfg.clone());
         tasks.spawn(async move {
             let ex2 = ex.clone();
-            let res = tokio::task::spawn_blocking(move || execute(&ex2, &req, payload, &ctx)).await;
+            let res = tokio::task::spawn_blocking(move || {
+                ex2.check_epoch(epoch).map_err(|e| (errno(&e), e.to_string()))?;
+                execute(&ex2, &req, payload, &ctx)
+            })
+            .await;
             let res = res.unwrap_or_else(|e| Err((Errno::Io, format!("request task failed: {e}"))));
             match res {
                 Ok(out) => {
@@ -132,20 +198,7 @@ where
         // Reap finished tasks so the set does not grow without bound.
         while tasks.try_join_next().is_some() {}
     }
-    while tasks.join_next().await.is_some() {}
-    if clean && !export.read_only {
-        let ex = export.clone();
-        let _ = tokio::task::spawn_blocking(move || ex.flush()).await;
-    }
-    drop(tx);
-    match writer.await {
-        Ok(Ok(mut wr)) => {
-            let _ = wr.shutdown().await;
-            Ok(())
-        }
-        Ok(Err(e)) => Err(e),
-        Err(e) => Err(invalid(e)),
-    }
+    Ok(clean)
 }
 
 /// Checks a request before running it: the documented errno on failure.

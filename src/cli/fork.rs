@@ -2,6 +2,9 @@
 
 use super::Global;
 use super::output::print_json;
+use forkfs::control::{self, Request};
+use forkfs::progress::Quiet;
+use forkfs::{VersionRecord, VolumeRecord};
 
 #[derive(clap::Args)]
 pub struct ForkArgs {
@@ -11,10 +14,12 @@ pub struct ForkArgs {
     new: String,
 }
 
+/// Works while a server holds the store (through its control socket).
 pub fn fork(g: &Global, a: ForkArgs) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let from = store.resolve_version(&a.source)?;
-    let rec = store.fork(&from, &a.new)?;
+    let req = Request::Fork { source: a.source, new: a.new };
+    let j = control::run(&g.store_dir(), &req, &Quiet)?;
+    let from: VersionRecord = serde_json::from_value(j["from"].clone())?;
+    let rec: VolumeRecord = serde_json::from_value(j["volume"].clone())?;
     if g.json {
         return print_json(&rec);
     }
@@ -29,20 +34,12 @@ pub struct RestoreArgs {
     version: String,
 }
 
+/// Works while a server holds the store (through its control socket).
 pub fn restore(g: &Global, a: RestoreArgs) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let spec = if a.version.contains('@') {
-        a.version.clone()
-    } else {
-        format!("{}@{}", a.volume, a.version)
-    };
-    let to = match store.resolve(&spec)? {
-        forkfs::Target::Version(v) => v,
-        forkfs::Target::Head(_) => {
-            return Err(forkfs::Error::invalid("restore needs a version").into());
-        }
-    };
-    let pre = store.restore(&a.volume, &to)?;
+    let req = Request::Restore { volume: a.volume.clone(), version: a.version };
+    let j = control::run(&g.store_dir(), &req, &Quiet)?;
+    let to: VersionRecord = serde_json::from_value(j["restored"].clone())?;
+    let pre: VersionRecord = serde_json::from_value(j["previous_head"].clone())?;
     if g.json {
         return print_json(&serde_json::json!({ "restored": to.id, "previous_head": pre.id }));
     }

@@ -2,8 +2,9 @@
 
 use super::Global;
 use super::output::{age, bytes, print_json};
+use forkfs::control::{self, Request};
+use forkfs::progress::Quiet;
 use forkfs::{Diff, PathChange, Target};
-use std::collections::HashMap;
 
 #[derive(clap::Args)]
 pub struct LogArgs {
@@ -13,56 +14,78 @@ pub struct LogArgs {
     limit: Option<usize>,
 }
 
+/// Versions and rollbacks, newest first. Works while a server holds the
+/// store (through its control socket).
 pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let vol = store.volume(&a.volume)?;
-    let mut versions = store.log(&vol)?;
-    versions.reverse();
+    let req = Request::Log { volume: a.volume.clone() };
+    let j = control::run(&g.store_dir(), &req, &Quiet)?;
+    let field = |k: &str| j[k].as_array().cloned().unwrap_or_default();
+    // One event list: versions and rollbacks, by time.
+    let mut events: Vec<serde_json::Value> = field("versions")
+        .into_iter()
+        .map(|mut v| {
+            v["event"] = "version".into();
+            v
+        })
+        .chain(field("rollbacks").into_iter().map(|mut r| {
+            r["event"] = "rollback".into();
+            r["created_at_ms"] = r["at_ms"].clone();
+            r
+        }))
+        .collect();
+    events.sort_by_key(|e| std::cmp::Reverse(e["created_at_ms"].as_u64().unwrap_or(0)));
     if let Some(n) = a.limit {
-        versions.truncate(n);
+        events.truncate(n);
     }
-    let mut names: HashMap<_, Vec<String>> = HashMap::new();
-    for (n, id) in store.tags(&vol)? {
-        names.entry(id).or_default().push(n);
-    }
-    // Marks left by `fsck --repair` on versions that reference lost data.
-    let damaged: HashMap<_, String> = versions
-        .iter()
-        .filter_map(|v| store.damaged(&v.id).transpose().map(|d| d.map(|d| (v.id, d))))
-        .collect::<forkfs::Result<_>>()?;
     if g.json {
-        let out: Vec<_> = versions
-            .iter()
-            .map(|v| {
-                let mut j = serde_json::to_value(v).unwrap_or_default();
-                j["names"] = serde_json::json!(names.get(&v.id).cloned().unwrap_or_default());
-                j["damaged"] = serde_json::json!(damaged.get(&v.id));
-                j
-            })
-            .collect();
-        return print_json(&out);
+        return print_json(&events);
     }
-    let head = store.open_volume(&a.volume)?.state();
-    for (i, v) in versions.iter().enumerate() {
+    let head = j["head_base"].as_str().unwrap_or_default();
+    let mut i = 0;
+    for e in &events {
+        let at = e["created_at_ms"].as_u64().unwrap_or(0);
+        if e["event"] == "rollback" {
+            let lost = match e["discarded_bytes"].as_u64() {
+                Some(b) => bytes(b),
+                None => "unknown amount".into(),
+            };
+            println!(
+                "ROLLBACK      {:>18}  discarded {lost} written after the last safe point{}: {}",
+                age(at),
+                e["sealed_generation"]
+                    .as_u64()
+                    .map(|g| format!(" (generation {g})"))
+                    .unwrap_or_default(),
+                e["reason"].as_str().unwrap_or("?")
+            );
+            continue;
+        }
+        let id = e["id"].as_str().unwrap_or_default();
         let mut marks = Vec::new();
-        if head.base == Some(v.id) {
+        if id == head {
             marks.push("HEAD".to_string());
         }
-        marks.extend(names.get(&v.id).cloned().unwrap_or_default());
-        if damaged.contains_key(&v.id) {
+        for n in e["names"].as_array().into_iter().flatten() {
+            marks.push(n.as_str().unwrap_or_default().to_string());
+        }
+        if !e["damaged"].is_null() {
             marks.push("DAMAGED: see forkfs fsck".to_string());
+        }
+        if let Some(g) = e["generation"].as_u64() {
+            marks.push(format!("generation {g}"));
         }
         let marks =
             if marks.is_empty() { String::new() } else { format!(" ({})", marks.join(", ")) };
         println!(
             "{} ~{:<3} {:<10} {:>8}{}{}",
-            v.id.short(),
+            &id[..id.len().min(12)],
             i,
-            v.origin.to_string(),
-            age(v.created_at_ms),
+            e["origin"].as_str().unwrap_or("?"),
+            age(at),
             marks,
-            v.label.as_deref().map(|l| format!("  {l}")).unwrap_or_default()
+            e["label"].as_str().map(|l| format!("  {l}")).unwrap_or_default()
         );
+        i += 1;
     }
     Ok(())
 }

@@ -2,7 +2,9 @@
 
 use super::Global;
 use super::output::print_json;
-use forkfs::{SnapshotOptions, Target};
+use forkfs::control::{self, Request};
+use forkfs::progress::Quiet;
+use forkfs::{Target, VersionRecord};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -15,10 +17,10 @@ pub struct Args {
     message: Option<String>,
 }
 
+/// Works while a server holds the store (through its control socket).
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let opts = SnapshotOptions { name: a.name, label: a.message, ..Default::default() };
-    let v = store.snapshot(&a.volume, &opts)?;
+    let req = Request::Snapshot { volume: a.volume, name: a.name, label: a.message };
+    let v: VersionRecord = serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
     if g.json {
         return print_json(&v);
     }

@@ -2,7 +2,9 @@
 
 use super::Global;
 use super::output::{age, bytes, parse_size, print_json};
-use forkfs::VolumeKind;
+use forkfs::control::{self, Request};
+use forkfs::progress::Quiet;
+use forkfs::{VolumeKind, VolumeRecord};
 
 #[derive(clap::Subcommand)]
 pub enum Cmd {
@@ -42,9 +44,19 @@ pub enum Cmd {
         #[arg(long, conflicts_with_all = ["keep_recent", "unit", "per_bucket"])]
         default: bool,
     },
+    /// Show or set how a disk persists over NBD: at every flush, or only at
+    /// btrfs commits (also while it is served)
+    Consistency {
+        name: String,
+        #[arg(value_parser = ["flush", "btrfs"])]
+        mode: Option<String>,
+    },
 }
 
 pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
+    if let Cmd::Consistency { name, mode } = c {
+        return consistency(g, &name, mode.as_deref());
+    }
     let store = g.open()?;
     match c {
         Cmd::Create { name, block, size, block_size } => {
@@ -122,6 +134,18 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
                 if rec.auto_prune { "on" } else { "off" }
             );
         }
+        Cmd::Consistency { .. } => unreachable!("handled above"),
     }
+    Ok(())
+}
+
+fn consistency(g: &Global, name: &str, mode: Option<&str>) -> anyhow::Result<()> {
+    let mode = mode.map(str::parse).transpose()?;
+    let req = Request::Consistency { volume: name.to_string(), mode };
+    let rec: VolumeRecord = serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
+    if g.json {
+        return print_json(&serde_json::json!({ "volume": name, "consistency": rec.consistency }));
+    }
+    println!("{name}: consistency {}", rec.consistency);
     Ok(())
 }

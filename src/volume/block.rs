@@ -43,9 +43,10 @@ impl Head {
         self.block_map()?.read(offset, buf)
     }
 
-    /// Writes `data` at `offset`. Durable after [`Head::flush`] or a checkpoint.
+    /// Writes `data` at `offset`. Durable after [`Head::flush`] or a
+    /// checkpoint, or with deferred persistence after [`Head::seal`].
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.mutate(offset, data.len() as u64, |m, b| m.write(b, offset, data))
+        self.mutate(offset, data.len() as u64, Some(data))
     }
 
     /// Zeroes a range; whole blocks become holes without writing data, and
@@ -54,7 +55,7 @@ impl Head {
         let bs = self.record().block_size as u64;
         let (first, end) = (offset.div_ceil(bs), offset.saturating_add(len) / bs);
         if end.saturating_sub(first) < super::zeroed::RANGE_MIN_BLOCKS {
-            return self.mutate(offset, len, |m, b| m.zero(b, offset, len));
+            return self.mutate(offset, len, None);
         }
         self.check_range(offset, len)?;
         let _gate = self.gate.read();
@@ -62,12 +63,20 @@ impl Head {
         let m = self.block_map()?;
         // Every stripe: no read-modify-write may see the range half published.
         let _stripes = self.lock_block_range(0, first, end);
-        let mut b = WriteBatch::default();
+        let mut edges = Vec::new();
         if offset < first * bs {
-            m.zero(&mut b, offset, first * bs - offset)?;
+            edges.extend(m.patch_entries(offset, first * bs - offset, None)?);
         }
         if end * bs < offset + len {
-            m.zero(&mut b, end * bs, offset + len - end * bs)?;
+            edges.extend(m.patch_entries(end * bs, offset + len - end * bs, None)?);
+        }
+        if self.defer_zero_range(first, end, len)? {
+            self.defer_blocks(&edges, 0)?;
+            return Ok(());
+        }
+        let mut b = WriteBatch::default();
+        for (k, d) in &edges {
+            self.overlay().put(&mut b, Space::Root, 0, *k, d);
         }
         let range = self.zero_blocks(&mut b, first, end);
         self.store.index().write(b, false)?;
@@ -80,12 +89,8 @@ impl Head {
         self.write_zeroes(offset, len)
     }
 
-    fn mutate(
-        &self,
-        offset: u64,
-        len: u64,
-        f: impl FnOnce(&BlockMap<'_>, &mut WriteBatch) -> Result<()>,
-    ) -> Result<()> {
+    /// Writes `data` (zeros if `None`) over `len` bytes at `offset`.
+    fn mutate(&self, offset: u64, len: u64, data: Option<&[u8]>) -> Result<()> {
         self.check_range(offset, len)?;
         if len == 0 {
             return Ok(());
@@ -96,8 +101,14 @@ impl Head {
         let bs = map.block_size;
         let (first, last) = (offset / bs, (offset + len - 1) / bs);
         let _stripes = self.lock_block_range(0, first, last);
+        let entries = map.patch_entries(offset, len, data)?;
+        if self.defer_blocks(&entries, len)? {
+            return Ok(());
+        }
         let mut batch = WriteBatch::default();
-        f(&map, &mut batch)?;
+        for (k, d) in &entries {
+            self.overlay().put(&mut batch, Space::Root, 0, *k, d);
+        }
         self.store.index().write(batch, false)
     }
 

@@ -79,9 +79,25 @@ impl BlockMap<'_> {
         len: u64,
         data: Option<&[u8]>,
     ) -> Result<()> {
+        let overlay = self.view.head()?.overlay();
+        for (idx, dirty) in self.patch_entries(offset, len, data)? {
+            overlay.put(batch, self.space, self.owner, idx, &dirty);
+        }
+        Ok(())
+    }
+
+    /// The block entries that write `data` (zeros if `None`) over `len`
+    /// bytes at `offset`: partial blocks are read, patched and logged
+    /// whole; the caller holds their stripes.
+    pub(crate) fn patch_entries(
+        &self,
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+    ) -> Result<Vec<(u64, Dirty)>> {
         let bs = self.block_size;
         let head = self.view.head()?;
-        let overlay = head.overlay();
+        let mut out = Vec::with_capacity(len.div_ceil(bs) as usize + 1);
         let log = |data: &[u8]| -> Result<Dirty> {
             Ok(Dirty::Logged(head.store.datalog().append(head.record().id, data)?))
         };
@@ -108,10 +124,10 @@ impl BlockMap<'_> {
                 }
                 if is_zero(&block) { Dirty::Delete } else { log(&block)? }
             };
-            overlay.put(batch, self.space, self.owner, idx, &dirty);
+            out.push((idx, dirty));
             done += n;
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Adds to `batch` the removal of every block at or after `first`
@@ -158,6 +174,9 @@ impl BlockMap<'_> {
                 Dirty::Delete => set.remove(&k),
                 _ => set.insert(k),
             };
+        }
+        if self.space == Space::Root {
+            head.pending_allocated(&mut set, first, last);
         }
         Ok(set.into_iter().collect())
     }

@@ -8,6 +8,7 @@
 
 pub mod block;
 mod blockmap;
+mod deferred;
 pub mod fs;
 pub mod inode;
 mod zeroed;
@@ -23,6 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use blockmap::BlockMap;
+pub use deferred::LayerStats;
 
 const STRIPES: usize = 64;
 
@@ -44,6 +46,9 @@ pub struct Head {
     zeroed: RwLock<BTreeMap<u64, u64>>,
     /// Key of the next range entry.
     zero_seq: std::sync::atomic::AtomicU64,
+    /// Deferred persistence (block volumes; see `deferred.rs`): `None`
+    /// writes go straight to the overlay.
+    deferred: Mutex<Option<deferred::Deferred>>,
 }
 
 /// What a reader sees: a live head (overlay over base) or a frozen
@@ -105,6 +110,7 @@ impl Head {
             deleted: AtomicBool::new(false),
             zeroed: RwLock::new(BTreeMap::new()),
             zero_seq: std::sync::atomic::AtomicU64::new(0),
+            deferred: Mutex::new(None),
         };
         head.reload_zeroed()?;
         Ok(head)
@@ -174,6 +180,21 @@ impl Head {
         key: u64,
         base: MapRoot,
     ) -> Result<Option<Found>> {
+        if space == Space::Root {
+            match self.pending_lookup(key) {
+                deferred::PendingLookup::Absent => {}
+                deferred::PendingLookup::Zero | deferred::PendingLookup::Entry(Dirty::Delete) => {
+                    return Ok(None);
+                }
+                deferred::PendingLookup::Entry(Dirty::Value(v)) => {
+                    return Ok(Some(Found::Value(v)));
+                }
+                // Written by this process since the seal: a failed check is damage.
+                deferred::PendingLookup::Entry(Dirty::Logged(r)) => {
+                    return Ok(Some(Found::Data(self.store.datalog().read(self.record.id, &r)?)));
+                }
+            }
+        }
         match self.overlay().get(space, owner, key)? {
             Some(Dirty::Delete) => Ok(None),
             Some(Dirty::Value(v)) => Ok(Some(Found::Value(v))),
@@ -213,14 +234,20 @@ impl Head {
     /// while writers go on (the overlay is read through one consistent
     /// iterator and the base root does not move); the commit then deletes
     /// only the folded entries that are still unchanged.
-    pub(crate) fn fold(&self) -> Result<(MapRoot, Vec<crate::overlay::RawEntry>)> {
+    ///
+    /// Also returns the generation of the last seal the fold includes
+    /// (deferred heads).
+    pub(crate) fn fold(&self) -> Result<(MapRoot, Vec<crate::overlay::RawEntry>, Option<u64>)> {
         let base = self.state.read().root;
         match self.record.kind {
             VolumeKind::Block => {
                 let mut ups = BTreeMap::new();
                 let mut ranges = Vec::new();
                 let mut folded = Vec::new();
-                self.overlay().for_each(&mut |e| {
+                // A cut between seals, and the generation of the last one.
+                let db = self.store.index().db();
+                let (snap, generation) = self.with_sealed(|g| (db.snapshot(), g));
+                self.overlay().for_each_in(Some(&snap), &mut |e| {
                     match (e.space, e.owner, &e.dirty) {
                         (Space::Root, 0, _) => {
                             if let Some(u) = self.resolve(e.dirty)? {
@@ -242,9 +269,9 @@ impl Head {
                     ups.entry(k).or_insert(None);
                 }
                 let ups: Vec<Update> = ups.into_iter().collect();
-                Ok((self.map().apply(base, &ups)?, folded))
+                Ok((self.map().apply(base, &ups)?, folded, generation))
             }
-            VolumeKind::Fs => Ok((self.fold_fs(base)?, Vec::new())),
+            VolumeKind::Fs => Ok((self.fold_fs(base)?, Vec::new(), None)),
         }
     }
 

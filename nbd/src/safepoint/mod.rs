@@ -173,6 +173,15 @@ impl Detector {
     }
 }
 
+/// Where the primary superblock lives: (offset, length).
+pub const SUPER_RANGE: (u64, u64) = (SUPER_OFFSET, SUPER_SIZE as u64);
+
+/// Whether `len` bytes at `offset` overlap the primary superblock (only
+/// such writes need the detector's lock).
+pub fn touches_super(offset: u64, len: u64) -> bool {
+    overlap(offset, len).is_some()
+}
+
 /// The part of `len` bytes at `offset` that falls in the primary superblock,
 /// as a range within it. Never overflows, whatever the input.
 fn overlap(offset: u64, len: u64) -> Option<Range<usize>> {

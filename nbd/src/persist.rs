@@ -1,0 +1,329 @@
+//! When a live export's writes become durable.
+//!
+//! - `flush` mode: FLUSH and FUA persist every acknowledged write (the
+//!   head's plain flush); versions are taken after flushes and on a timer.
+//! - `btrfs` mode (`--consistency btrfs`, or the volume's setting): the
+//!   head defers persistence (see forkfs `volume/deferred.rs`) and the
+//!   [`Detector`] watches the write stream. A FLUSH or FUA write that
+//!   completes a safe point seals the head (durable on local disk when the
+//!   reply goes out); other FLUSHes are acknowledged at once. A disk with no
+//!   btrfs superblock gets flush semantics (FLUSH seals), logged once. A
+//!   connection that ends without NBD_CMD_DISC rolls the head back to its
+//!   last safe point, records it, and fails the export's other connections
+//!   (their clients' caches assume the discarded writes).
+//! - `naive-timer` (tests only): the negative control of the chaos test;
+//!   FLUSH persists nothing and a timer persists pending blocks one by one.
+
+use crate::safepoint::{Detector, SafePoint};
+use forkfs::{Consistency, Head, Store};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// The environment variable that admits the test-only modes.
+pub const UNSAFE_MODES_ENV: &str = "FORKFS_UNSAFE_TEST_MODES";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Flush,
+    Btrfs,
+    /// Persists on a timer regardless of safe points (tests only).
+    NaiveTimer,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "flush" => Ok(Mode::Flush),
+            "btrfs" => Ok(Mode::Btrfs),
+            "naive-timer" if std::env::var_os(UNSAFE_MODES_ENV).is_some() => Ok(Mode::NaiveTimer),
+            "naive-timer" => Err(format!(
+                "naive-timer corrupts filesystems on purpose; it exists for tests (set {UNSAFE_MODES_ENV}=1)"
+            )),
+            _ => Err(format!("unknown consistency mode {s:?} (flush or btrfs)")),
+        }
+    }
+}
+
+impl From<Consistency> for Mode {
+    fn from(c: Consistency) -> Mode {
+        match c {
+            Consistency::Flush => Mode::Flush,
+            Consistency::Btrfs => Mode::Btrfs,
+        }
+    }
+}
+
+/// How a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// NBD_CMD_DISC.
+    Clean,
+    /// The connection dropped (or broke its framing).
+    Lost,
+    /// The server is shutting down.
+    Stopped,
+}
+
+/// Safe-point metrics of one export.
+#[derive(Default, Debug)]
+pub struct Stats {
+    pub safe_points: AtomicU64,
+    pub sealed_bytes: AtomicU64,
+    pub rollbacks: AtomicU64,
+    pub discarded_bytes: AtomicU64,
+    /// Seal to committed version, the last and the largest (ms).
+    pub commit_latency_last_ms: AtomicU64,
+    pub commit_latency_max_ms: AtomicU64,
+}
+
+pub struct Persistence {
+    head: Arc<Head>,
+    store: Store,
+    naive: bool,
+    detector: Mutex<Detector>,
+    /// Seals run one at a time, in the order their safe points were seen.
+    seal_lock: Mutex<()>,
+    not_btrfs_logged: AtomicBool,
+    /// Bumped by every rollback; connections attached before it fail.
+    epoch: AtomicU64,
+    connections: AtomicU64,
+    /// When the oldest seal not yet in a committed version happened.
+    uncommitted_since: Mutex<Option<Instant>>,
+    pub stats: Stats,
+    stop: Arc<AtomicBool>,
+}
+
+impl Persistence {
+    pub fn new(head: Arc<Head>, store: Store, mode: Mode) -> forkfs::Result<Arc<Persistence>> {
+        head.set_deferred(mode != Mode::Flush)?;
+        let detector = Detector::new(read_super(&head).as_deref());
+        let p = Arc::new(Persistence {
+            head,
+            store,
+            naive: mode == Mode::NaiveTimer,
+            detector: Mutex::new(detector),
+            seal_lock: Mutex::new(()),
+            not_btrfs_logged: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            uncommitted_since: Mutex::new(None),
+            stats: Stats::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+        });
+        if mode != Mode::Flush {
+            let d = p.detector.lock();
+            tracing::info!(
+                volume = %p.head.record().name,
+                ?mode,
+                btrfs = d.is_btrfs(),
+                generation = d.last_generation(),
+                "persisting at safe points"
+            );
+        }
+        if p.naive {
+            tracing::warn!(volume = %p.head.record().name, "naive-timer mode: FLUSH persists nothing (a test's negative control)");
+            spawn_naive_timer(Arc::downgrade(&p.head), p.stop.clone());
+        }
+        Ok(p)
+    }
+
+    /// Whether persistence waits for safe points (the operator can switch
+    /// a volume's mode while it is served).
+    pub fn deferred(&self) -> bool {
+        self.head.is_deferred()
+    }
+
+    /// A connection attaches; returns the epoch its requests must match.
+    pub fn attach(&self) -> u64 {
+        self.connections.fetch_add(1, Ordering::SeqCst);
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Fails requests of a connection attached before a rollback.
+    pub fn check_epoch(&self, epoch: u64) -> forkfs::Result<()> {
+        if self.epoch.load(Ordering::SeqCst) == epoch {
+            return Ok(());
+        }
+        Err(forkfs::Error::new(
+            forkfs::ErrorKind::Unavailable,
+            "the disk was rolled back to its last safe point after another connection was lost; re-attach and mount afresh",
+        ))
+    }
+
+    /// After an acknowledged write or zeroing that touched `offset..+len`.
+    pub fn after_write(
+        &self,
+        offset: u64,
+        data: Option<&[u8]>,
+        len: u64,
+        fua: bool,
+    ) -> forkfs::Result<()> {
+        let sp = if crate::safepoint::touches_super(offset, len) {
+            let mut d = self.detector.lock();
+            match data {
+                Some(data) => d.on_write(offset, data, fua),
+                None => d.on_zero(offset, len, fua),
+            }
+        } else {
+            None
+        };
+        if !self.deferred() {
+            return if fua { self.head.flush() } else { Ok(()) };
+        }
+        if self.naive {
+            return Ok(());
+        }
+        match sp {
+            Some(sp) => self.seal(Some(sp)),
+            None if fua && !self.is_btrfs() => self.seal(None),
+            None => Ok(()),
+        }
+    }
+
+    /// NBD_CMD_FLUSH.
+    pub fn flush(&self) -> forkfs::Result<()> {
+        let sp = {
+            let mut d = self.detector.lock();
+            let sp = d.on_flush();
+            if sp.is_none() && d.is_btrfs() {
+                tracing::trace!(volume = %self.head.record().name, state = ?d.invalid_reason(), "flush without a safe point");
+            }
+            sp
+        };
+        if !self.deferred() {
+            return self.head.flush();
+        }
+        if self.naive {
+            return Ok(());
+        }
+        match sp {
+            Some(sp) => self.seal(Some(sp)),
+            None if !self.is_btrfs() => self.seal(None),
+            // Mid-transaction: acknowledged without persisting.
+            None => Ok(()),
+        }
+    }
+
+    fn is_btrfs(&self) -> bool {
+        let yes = self.detector.lock().is_btrfs();
+        if !yes && !self.not_btrfs_logged.swap(true, Ordering::Relaxed) {
+            tracing::info!(volume = %self.head.record().name, "no btrfs superblock on this disk: FLUSH persists everything (flush semantics) until one appears");
+        }
+        yes
+    }
+
+    fn seal(&self, sp: Option<SafePoint>) -> forkfs::Result<()> {
+        let _one = self.seal_lock.lock();
+        let at = Instant::now();
+        let st = self.head.seal(sp.map(|s| s.generation))?;
+        self.stats.safe_points.fetch_add(1, Ordering::Relaxed);
+        self.stats.sealed_bytes.fetch_add(st.bytes, Ordering::Relaxed);
+        self.uncommitted_since.lock().get_or_insert(at);
+        tracing::debug!(
+            volume = %self.head.record().name,
+            generation = sp.map(|s| s.generation),
+            tree_log = sp.is_some_and(|s| s.tree_log),
+            bytes = st.bytes,
+            sync_ms = at.elapsed().as_millis() as u64,
+            "safe point"
+        );
+        Ok(())
+    }
+
+    /// A version was committed: what it contains is no longer only local.
+    pub fn committed(&self) {
+        if let Some(t) = self.uncommitted_since.lock().take() {
+            let ms = t.elapsed().as_millis() as u64;
+            self.stats.commit_latency_last_ms.store(ms, Ordering::Relaxed);
+            self.stats.commit_latency_max_ms.fetch_max(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// A connection ended.
+    pub fn detach(&self, end: End) -> forkfs::Result<()> {
+        let others = self.connections.fetch_sub(1, Ordering::SeqCst) - 1;
+        if !self.deferred() {
+            return if end == End::Clean { self.head.flush() } else { Ok(()) };
+        }
+        if end == End::Clean && (others > 0 || (!self.is_btrfs() && !self.naive)) {
+            // Others are still writing; or flush semantics: a clean end persists.
+            return if others > 0 { Ok(()) } else { self.seal(None) };
+        }
+        let reason = match end {
+            End::Clean => {
+                "the last client disconnected cleanly with writes after the last safe point"
+            }
+            End::Lost => "a connection ended without NBD_CMD_DISC",
+            End::Stopped => "the server stopped while a client was attached",
+        };
+        let st = self.store.roll_back(&self.head, reason)?;
+        if st.since_ms.is_some() {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+            self.stats.rollbacks.fetch_add(1, Ordering::Relaxed);
+            self.stats.discarded_bytes.fetch_add(st.bytes, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Logs the safe-point metrics (every checkpoint interval and at exit).
+    pub fn report(&self, per: Duration, last: &Mutex<(Instant, u64)>) {
+        if !self.deferred() {
+            return;
+        }
+        let s = &self.stats;
+        let points = s.safe_points.load(Ordering::Relaxed);
+        let (since, before) = {
+            let mut l = last.lock();
+            let prev = *l;
+            *l = (Instant::now(), points);
+            prev
+        };
+        let minutes = since.elapsed().max(per).as_secs_f64() / 60.0;
+        let sealed = s.sealed_bytes.load(Ordering::Relaxed);
+        tracing::info!(
+            volume = %self.head.record().name,
+            safe_points_per_minute = format!("{:.1}", (points - before) as f64 / minutes),
+            safe_points = points,
+            bytes_per_safe_point = sealed.checked_div(points).unwrap_or(0),
+            seal_to_commit_ms = s.commit_latency_last_ms.load(Ordering::Relaxed),
+            seal_to_commit_max_ms = s.commit_latency_max_ms.load(Ordering::Relaxed),
+            rollbacks = s.rollbacks.load(Ordering::Relaxed),
+            discarded_bytes = s.discarded_bytes.load(Ordering::Relaxed),
+            "safe points"
+        );
+    }
+}
+
+impl Drop for Persistence {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The primary superblock area as the head reads now (None if the disk is
+/// too small or unreadable).
+fn read_super(head: &Head) -> Option<Vec<u8>> {
+    let (at, len) = crate::safepoint::SUPER_RANGE;
+    if head.size() < at + len {
+        return None;
+    }
+    let mut buf = vec![0u8; len as usize];
+    head.read_at(at, &mut buf).ok()?;
+    Some(buf)
+}
+
+/// naive-timer: every 50 ms, persist pending blocks one at a time.
+fn spawn_naive_timer(head: Weak<Head>, stop: Arc<AtomicBool>) {
+    let _ = std::thread::Builder::new().name("forkfs-naive".into()).spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(50));
+            let Some(h) = head.upgrade() else { return };
+            while !stop.load(Ordering::SeqCst) && h.persist_one_unsealed_block().unwrap_or(false) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    });
+}

@@ -1,0 +1,72 @@
+//! How a block volume's head persists: at every flush, or only at the
+//! filesystem safe points the NBD server detects (`btrfs`; see
+//! `volume/deferred.rs` for the mechanism and nbd/src/safepoint for the
+//! detection). A volume carries its mode; the operator can switch it, also
+//! while the volume is served (through the control socket).
+
+use crate::error::{Error, Result};
+use crate::paths;
+use crate::store::Store;
+use crate::version::{VolumeKind, VolumeRecord, keys};
+use bytes::Bytes;
+use rocksdb::WriteBatch;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Consistency {
+    /// FLUSH and FUA persist every acknowledged write.
+    #[default]
+    Flush,
+    /// Persist only at btrfs commits and tree-log syncs; discard writes
+    /// after the last one when a client goes away uncleanly.
+    Btrfs,
+}
+
+impl std::str::FromStr for Consistency {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Consistency> {
+        match s {
+            "flush" => Ok(Consistency::Flush),
+            "btrfs" => Ok(Consistency::Btrfs),
+            _ => Err(Error::invalid(format!("unknown consistency mode {s:?} (flush or btrfs)"))),
+        }
+    }
+}
+
+impl std::fmt::Display for Consistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Consistency::Flush => "flush",
+            Consistency::Btrfs => "btrfs",
+        })
+    }
+}
+
+impl Store {
+    /// Sets a block volume's mode. A head open in this process switches at
+    /// once (to flush: what is pending is sealed first).
+    pub fn set_consistency(&self, volume: &str, mode: Consistency) -> Result<VolumeRecord> {
+        let rec = {
+            let _g = self.inner.meta_lock.lock();
+            let mut rec = self.volume(volume)?;
+            if rec.kind != VolumeKind::Block {
+                return Err(Error::invalid(format!(
+                    "{volume} is not a block volume; consistency modes apply to disks"
+                )));
+            }
+            rec.consistency = mode;
+            let obj = Bytes::from(serde_json::to_vec_pretty(&rec)?);
+            self.chunks().backend().put(&paths::volume(rec.id), obj)?;
+            let mut b = WriteBatch::default();
+            self.put_json(&mut b, &keys::volume(volume), &rec)?;
+            self.index().write(b, true)?;
+            rec
+        };
+        if let Some(head) = self.open_head(volume) {
+            head.set_deferred(mode == Consistency::Btrfs)?;
+        }
+        tracing::info!(volume, %mode, "consistency mode set");
+        Ok(rec)
+    }
+}

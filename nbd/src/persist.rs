@@ -8,9 +8,10 @@
 //!   completes a safe point seals the head (durable on local disk when the
 //!   reply goes out); other FLUSHes are acknowledged at once. A disk with no
 //!   btrfs superblock gets flush semantics (FLUSH seals), logged once. A
-//!   connection that ends without NBD_CMD_DISC rolls the head back to its
-//!   last safe point, records it, and fails the export's other connections
-//!   (their clients' caches assume the discarded writes).
+//!   connection that ends without NBD_CMD_DISC (or a server stop) rolls the
+//!   head back to its last safe point, records it, and fails the export's
+//!   other connections (their clients' caches assume the discarded writes).
+//!   The last client's clean NBD_CMD_DISC persists what it wrote.
 //! - `naive-timer` (tests only): the negative control of the chaos test;
 //!   FLUSH persists nothing and a timer persists pending blocks one by one.
 
@@ -248,14 +249,14 @@ impl Persistence {
         if !self.deferred() {
             return if end == End::Clean { self.head.flush() } else { Ok(()) };
         }
-        if end == End::Clean && (others > 0 || (!self.is_btrfs() && !self.naive)) {
-            // Others are still writing; or flush semantics: a clean end persists.
-            return if others > 0 { Ok(()) } else { self.seal(None) };
+        if end == End::Clean {
+            // The last client left on purpose: what it wrote stands (a
+            // client that unmounted ended on a safe point anyway). Others
+            // still attached keep writing.
+            return if others > 0 || self.naive { Ok(()) } else { self.seal(None) };
         }
         let reason = match end {
-            End::Clean => {
-                "the last client disconnected cleanly with writes after the last safe point"
-            }
+            End::Clean => unreachable!("handled above"),
             End::Lost => "a connection ended without NBD_CMD_DISC",
             End::Stopped => "the server stopped while a client was attached",
         };

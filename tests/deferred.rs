@@ -1,0 +1,162 @@
+//! Deferred persistence (the core of `--consistency btrfs`) against a
+//! model of two disks: what the head reads (`live`) and its last sealed
+//! state (`sealed`). Random writes, small and range-tombstone zeroing,
+//! seals, discards, checkpoints (which must capture `sealed`, never
+//! pending writes) and store reopenings (a process dying: `live` falls
+//! back to `sealed`, and the loss is recorded).
+
+use forkfs::{Store, StoreConfig, VolumeKind};
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+const BS: usize = 4096;
+/// 512 blocks: zeroing 256+ of them takes the range-tombstone path.
+const SIZE: usize = 512 * BS;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write { off: usize, len: usize, seed: u8 },
+    Zero { off: usize, len: usize },
+    Seal,
+    Discard,
+    Checkpoint,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..SIZE, 1..3 * BS, any::<u8>())
+            .prop_map(|(off, len, seed)| Op::Write { off, len: len.min(SIZE - off), seed }),
+        1 => (0..SIZE, 1..SIZE).prop_map(|(off, len)| Op::Zero { off, len: len.min(SIZE - off) }),
+        2 => Just(Op::Seal),
+        1 => Just(Op::Discard),
+        1 => Just(Op::Checkpoint),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
+}
+
+fn open(dir: &std::path::Path) -> (Store, std::sync::Arc<forkfs::Head>) {
+    let store = Store::open(dir).unwrap();
+    let head = store.open_volume("d").unwrap();
+    head.set_deferred(true).unwrap();
+    (store, head)
+}
+
+fn read_all(head: &forkfs::Head) -> Vec<u8> {
+    let mut buf = vec![0u8; SIZE];
+    head.read_at(0, &mut buf).unwrap();
+    buf
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 40,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn deferred_head_matches_model(ops in prop::collection::vec(op(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        Store::init(dir.path(), StoreConfig::default()).unwrap()
+            .create_volume("d", VolumeKind::Block, Some(SIZE as u64), Some(BS as u32)).unwrap();
+        let (mut store, mut head) = open(dir.path());
+        let mut live = vec![0u8; SIZE];
+        let mut sealed = live.clone();
+        let mut pending = false;
+        let mut rollbacks = 0;
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                Op::Write { off, len, seed } => {
+                    let data = pattern(*len, *seed);
+                    head.write_at(*off as u64, &data).unwrap();
+                    live[*off..off + len].copy_from_slice(&data);
+                    pending = true;
+                }
+                Op::Zero { off, len } => {
+                    head.write_zeroes(*off as u64, *len as u64).unwrap();
+                    live[*off..off + len].fill(0);
+                    pending = true;
+                }
+                Op::Seal => {
+                    head.seal(Some(i as u64)).unwrap();
+                    sealed = live.clone();
+                    pending = false;
+                    prop_assert_eq!(head.sealed_generation(), Some(i as u64));
+                }
+                Op::Discard => {
+                    let st = store.roll_back(&head, "test").unwrap();
+                    prop_assert_eq!(st.since_ms.is_some(), pending);
+                    rollbacks += usize::from(pending);
+                    live = sealed.clone();
+                    pending = false;
+                }
+                Op::Checkpoint => {
+                    let v = store.snapshot("d", &Default::default()).unwrap();
+                    let mut got = vec![0u8; SIZE];
+                    forkfs::volume::block::read_version(&store, &v, 0, &mut got).unwrap();
+                    prop_assert!(got == sealed, "op {}: a version holds unsealed writes", i);
+                }
+                Op::Reopen => {
+                    drop(head);
+                    drop(store);
+                    (store, head) = open(dir.path());
+                    rollbacks += usize::from(pending);
+                    live = sealed.clone();
+                    pending = false;
+                }
+            }
+            prop_assert!(read_all(&head) == live, "op {} ({:?}): head differs from the model", i, op);
+            // Allocation agrees with content: every block with data is allocated.
+            let alloc: std::collections::BTreeSet<u64> = head.allocated_blocks().unwrap().into_iter().collect();
+            for (b, block) in live.chunks(BS).enumerate() {
+                prop_assert!(
+                    block.iter().all(|x| *x == 0) || alloc.contains(&(b as u64)),
+                    "op {}: block {} has data but is not allocated", i, b
+                );
+            }
+        }
+        let vol = store.volume("d").unwrap();
+        prop_assert_eq!(store.rollbacks(&vol).unwrap().len(), rollbacks);
+    }
+}
+
+/// A checkpoint folds the sealed state while writers keep adding pending
+/// writes: the version never contains one of them.
+#[test]
+fn checkpoints_beside_writers_hold_only_sealed_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    Store::init(dir.path(), StoreConfig::default())
+        .unwrap()
+        .create_volume("d", VolumeKind::Block, Some(SIZE as u64), Some(BS as u32))
+        .unwrap();
+    let (store, head) = open(dir.path());
+    // Sealed state: every block holds 1; pending writes hold 2.
+    head.write_at(0, &vec![1u8; SIZE]).unwrap();
+    head.seal(Some(1)).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                head.write_at((n % 512) * BS as u64, &[2u8; BS]).unwrap();
+                n += 1;
+            }
+        });
+        for _ in 0..20 {
+            let v = store.snapshot("d", &Default::default()).unwrap();
+            assert_eq!(v.generation, Some(1));
+            let mut got = vec![0u8; SIZE];
+            forkfs::volume::block::read_version(&store, &v, 0, &mut got).unwrap();
+            assert!(got.iter().all(|b| *b == 1), "a version captured a pending write");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    // The writes were never sealed: discarding restores the sealed state.
+    store.roll_back(&head, "test").unwrap();
+    assert!(read_all(&head).iter().all(|b| *b == 1));
+}

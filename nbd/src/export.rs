@@ -158,7 +158,15 @@ impl Export {
         let Backing::Live(h) = &self.backing else { return Ok(false) };
         {
             let last = self.last_checkpoint.lock();
-            if last.elapsed() < min_interval || h.is_clean()? {
+            if last.elapsed() < min_interval {
+                return Ok(false);
+            }
+            // Deferred heads change only at seals: no need to look (the
+            // overlay scan can cost milliseconds of tombstones after a fold).
+            if self.persist.as_ref().is_some_and(|p| p.deferred() && !p.sealed_since_commit()) {
+                return Ok(false);
+            }
+            if h.is_clean()? {
                 return Ok(false);
             }
         }

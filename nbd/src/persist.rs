@@ -234,6 +234,11 @@ impl Persistence {
         Ok(())
     }
 
+    /// Whether a seal happened since the last committed version.
+    pub fn sealed_since_commit(&self) -> bool {
+        self.uncommitted_since.lock().is_some()
+    }
+
     /// A version was committed: what it contains is no longer only local.
     pub fn committed(&self) {
         if let Some(t) = self.uncommitted_since.lock().take() {

@@ -5,11 +5,8 @@
 //! while the volume is served (through the control socket).
 
 use crate::error::{Error, Result};
-use crate::paths;
 use crate::store::Store;
-use crate::version::{VolumeKind, VolumeRecord, keys};
-use bytes::Bytes;
-use rocksdb::WriteBatch;
+use crate::version::{VolumeKind, VolumeRecord};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -47,22 +44,15 @@ impl Store {
     /// Sets a block volume's mode. A head open in this process switches at
     /// once (to flush: what is pending is sealed first).
     pub fn set_consistency(&self, volume: &str, mode: Consistency) -> Result<VolumeRecord> {
-        let rec = {
-            let _g = self.inner.meta_lock.lock();
-            let mut rec = self.volume(volume)?;
+        let rec = self.update_volume(volume, |rec| {
             if rec.kind != VolumeKind::Block {
                 return Err(Error::invalid(format!(
                     "{volume} is not a block volume; consistency modes apply to disks"
                 )));
             }
             rec.consistency = mode;
-            let obj = Bytes::from(serde_json::to_vec_pretty(&rec)?);
-            self.chunks().backend().put(&paths::volume(rec.id), obj)?;
-            let mut b = WriteBatch::default();
-            self.put_json(&mut b, &keys::volume(volume), &rec)?;
-            self.index().write(b, true)?;
-            rec
-        };
+            Ok(())
+        })?;
         if let Some(head) = self.open_head(volume) {
             head.set_deferred(mode == Consistency::Btrfs)?;
         }

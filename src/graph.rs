@@ -401,16 +401,11 @@ impl Store {
                 return Err(Error::invalid("retention unit and per-bucket count must be positive"));
             }
         }
-        let _g = self.inner.meta_lock.lock();
-        let mut rec = self.volume(volume)?;
-        rec.retention = policy;
-        rec.auto_prune = auto_prune;
-        let obj = Bytes::from(serde_json::to_vec_pretty(&rec)?);
-        self.chunks().backend().put(&paths::volume(rec.id), obj)?;
-        let mut b = WriteBatch::default();
-        self.put_json(&mut b, &keys::volume(volume), &rec)?;
-        self.index().write(b, true)?;
-        Ok(rec)
+        self.update_volume(volume, |rec| {
+            rec.retention = policy;
+            rec.auto_prune = auto_prune;
+            Ok(())
+        })
     }
 
     /// Thins the automatic versions of `volume` by logarithmically spaced

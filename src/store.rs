@@ -285,6 +285,23 @@ impl Store {
         Ok(head)
     }
 
+    /// Changes a volume record (object copy first, then the index).
+    pub(crate) fn update_volume(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut VolumeRecord) -> Result<()>,
+    ) -> Result<VolumeRecord> {
+        let _g = self.inner.meta_lock.lock();
+        let mut rec = self.volume(name)?;
+        f(&mut rec)?;
+        let obj = bytes::Bytes::from(serde_json::to_vec_pretty(&rec)?);
+        self.chunks().backend().put(&paths::volume(rec.id), obj)?;
+        let mut b = WriteBatch::default();
+        self.put_json(&mut b, &keys::volume(name), &rec)?;
+        self.index().write(b, true)?;
+        Ok(rec)
+    }
+
     /// The head of `name` if this process has it open.
     pub(crate) fn open_head(&self, name: &str) -> Option<Arc<Head>> {
         let rec = self.volume(name).ok()?;

@@ -10,6 +10,7 @@
 //!
 //! This crate knows nothing of FUSE or NBD.
 
+pub mod attach;
 pub mod backend;
 pub mod check;
 pub mod chunk;
@@ -28,6 +29,7 @@ pub mod pack;
 pub mod paths;
 pub mod progress;
 pub mod reach;
+pub mod remote;
 pub mod repair;
 pub mod retention;
 pub mod rollback;

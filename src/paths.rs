@@ -13,6 +13,11 @@ pub const VOLUMES: &str = "volumes";
 /// Prefix under which head pointers live.
 pub const HEADS: &str = "heads";
 
+/// The settings shared by every host of a remote store.
+pub fn store_config() -> Path {
+    Path::from("store.json")
+}
+
 pub fn pack(id: &PackId) -> Path {
     Path::from(format!("{PACKS}/{id}.pack"))
 }

@@ -33,6 +33,9 @@ pub struct StoreConfig {
     pub zstd_level: i32,
     pub cache_bytes: u64,
     pub default_block_size: u32,
+    /// Objects live here instead of `<store>/objects` (`forkfs init --remote`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::remote::Remote>,
 }
 
 impl Default for StoreConfig {
@@ -44,6 +47,7 @@ impl Default for StoreConfig {
             zstd_level: c.zstd_level,
             cache_bytes: c.cache_bytes,
             default_block_size: DEFAULT_BLOCK_SIZE,
+            remote: None,
         }
     }
 }
@@ -80,12 +84,40 @@ impl Store {
         if !config.default_block_size.is_power_of_two() {
             return Err(Error::invalid("block size must be a power of two"));
         }
+        let mut config = config;
+        let mut existing = false;
+        if let Some(r) = &config.remote {
+            r.validate()?;
+            // A remote that holds a store already: join it, with its settings.
+            let (os, root) = r.open()?;
+            let backend = Backend::new(os, root, r.url.clone())?;
+            if let Some(theirs) = remote_config(&backend)? {
+                config = StoreConfig { remote: config.remote.clone(), ..theirs };
+                existing = true;
+            } else {
+                let shared = StoreConfig { remote: None, ..config.clone() };
+                backend.put(
+                    &paths::store_config(),
+                    Bytes::from(serde_json::to_vec_pretty(&shared)?),
+                )?;
+            }
+        }
         std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!("{CONFIG_FILE}.tmp"));
         std::fs::write(&tmp, serde_json::to_vec_pretty(&config)?)?;
         std::fs::File::open(&tmp)?.sync_all()?;
+        let store = Store::open_with(dir, &config)?;
+        if existing {
+            if let Err(e) = store.attach_remote(&crate::progress::Quiet) {
+                drop(store);
+                let _ = std::fs::remove_dir_all(dir.join("index"));
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        }
+        // The store exists once its config is in place, after the attach.
         std::fs::rename(&tmp, &cfg_path)?;
-        Store::open(dir)
+        Ok(store)
     }
 
     /// Opens an existing store, taking its exclusive lock.
@@ -103,8 +135,19 @@ impl Store {
         if config.format != RECORD_FORMAT {
             return Err(Error::corrupt(format!("store format {} is not supported", config.format)));
         }
+        Store::open_with(dir, &config)
+    }
+
+    fn open_with(dir: &Path, config: &StoreConfig) -> Result<Store> {
+        let config = config.clone();
         let index = Arc::new(Index::open(&dir.join("index"))?);
-        let backend = Arc::new(Backend::local(dir.join("objects"))?);
+        let backend = Arc::new(match &config.remote {
+            None => Backend::local(dir.join("objects"))?,
+            Some(r) => {
+                let (os, root) = r.open()?;
+                Backend::new(os, root, r.url.clone())?
+            }
+        });
         let chunk_config = ChunkConfig {
             pack_target: config.pack_target,
             zstd_level: config.zstd_level,
@@ -263,6 +306,8 @@ impl Store {
         self.chunks().flush()?;
         let obj = Bytes::from(serde_json::to_vec_pretty(&rec)?);
         self.chunks().backend().put(&paths::volume(rec.id), obj)?;
+        let obj = Bytes::from(serde_json::to_vec_pretty(&head)?);
+        self.chunks().backend().put(&paths::head(rec.id), obj)?;
         let mut b = WriteBatch::default();
         self.put_json(&mut b, keys::NEXT_VOLUME_ID, &(next + 1))?;
         self.put_json(&mut b, &keys::volume(rec.name.as_str()), &rec)?;
@@ -357,5 +402,17 @@ impl Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Store({})", self.inner.dir.display())
+    }
+}
+
+/// The settings of the store a remote already holds (its `store.json`).
+fn remote_config(backend: &Backend) -> Result<Option<StoreConfig>> {
+    match backend.get(&paths::store_config()) {
+        Ok(raw) => Ok(Some(
+            serde_json::from_slice(&raw)
+                .map_err(|e| Error::corrupt(format!("{}: {e}", paths::store_config())))?,
+        )),
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }

@@ -2,6 +2,7 @@
 
 use super::Global;
 use super::output::{parse_size, print_json};
+use forkfs::remote::Remote;
 use forkfs::{Store, StoreConfig};
 
 #[derive(clap::Args)]
@@ -15,6 +16,21 @@ pub struct Args {
     /// zstd level for chunks (1 is fast; higher compresses more)
     #[arg(long, default_value_t = 1)]
     zstd_level: i32,
+    /// Keep objects in a remote store: s3://bucket/prefix, gs://..., az://...
+    /// or file:///dir (credentials from the usual environment variables).
+    /// A remote that already holds a store is joined: its volumes and
+    /// versions appear here and its settings apply.
+    #[arg(long, value_name = "URL")]
+    remote: Option<String>,
+    /// Endpoint of an S3-compatible service (MinIO, Ceph RGW, ...)
+    #[arg(long, requires = "remote")]
+    endpoint: Option<String>,
+    /// Allow plain HTTP to the endpoint
+    #[arg(long, requires = "remote")]
+    allow_http: bool,
+    /// Region of the bucket
+    #[arg(long, requires = "remote")]
+    region: Option<String>,
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
@@ -23,14 +39,31 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         default_block_size: u32::try_from(parse_size(&a.block_size)?)
             .map_err(|_| forkfs::Error::invalid("block size too large"))?,
         zstd_level: a.zstd_level,
+        remote: a.remote.map(|url| Remote {
+            url,
+            endpoint: a.endpoint,
+            allow_http: a.allow_http,
+            region: a.region,
+        }),
         ..StoreConfig::default()
     };
     let dir = g.store_dir();
-    Store::init(&dir, config.clone())?;
+    let store = Store::init(&dir, config)?;
+    let volumes = store.volumes()?.len();
+    let config = store.config().clone();
     if g.json {
-        print_json(&serde_json::json!({ "store": dir, "config": config }))
-    } else {
-        println!("initialized forkfs store at {}", dir.display());
-        Ok(())
+        return print_json(
+            &serde_json::json!({ "store": dir, "config": config, "volumes": volumes }),
+        );
     }
+    match &config.remote {
+        None => println!("initialized forkfs store at {}", dir.display()),
+        Some(r) if volumes > 0 => println!(
+            "joined the forkfs store in {} at {} ({volumes} volumes)",
+            r.url,
+            dir.display()
+        ),
+        Some(r) => println!("initialized forkfs store at {} on {}", dir.display(), r.url),
+    }
+    Ok(())
 }

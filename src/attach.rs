@@ -30,43 +30,117 @@ impl Store {
         let backend = self.chunks().backend();
         let mut report = AttachReport::default();
         let mut b = WriteBatch::default();
-        let meta = self.index().cf(CF_META);
-        let mut next_id = 1;
-        for o in backend.list(paths::VOLUMES)? {
-            let rec: VolumeRecord = serde_json::from_slice(&backend.get(&o.location)?)
-                .map_err(|e| Error::corrupt(format!("{}: {e}", o.location)))?;
-            next_id = next_id.max(rec.id.0 + 1);
-            let head: HeadRecord = serde_json::from_slice(&backend.get(&paths::head(rec.id))?)
-                .map_err(|e| Error::corrupt(format!("head of {}: {e}", rec.name)))?;
-            self.put_json(&mut b, &keys::volume(rec.name.as_str()), &rec)?;
-            self.put_json(&mut b, &keys::head(rec.id), &head)?;
-            report.volumes += 1;
-        }
-        self.put_json(&mut b, keys::NEXT_VOLUME_ID, &next_id)?;
-        for o in backend.list(paths::VERSIONS)? {
-            let raw = backend.get(&o.location)?;
-            let v = VersionRecord::decode(&raw)?;
-            let named = o.location.filename().and_then(|f| f.strip_suffix(".json"));
-            if named.and_then(VersionId::parse) != Some(v.id) || v.clone().seal()?.id != v.id {
-                return Err(Error::corrupt(format!("{} does not match its id", o.location)));
-            }
-            self.put_json(&mut b, &keys::version(&v.id), &v)?;
-            b.put_cf(meta, keys::log(VolumeId(v.volume.0), v.seq), v.id.to_string());
-            report.versions += 1;
-        }
-        let packs = backend.list(paths::PACKS)?;
-        progress.stage("pack footers", packs.len() as u64);
-        for o in packs {
-            progress.advance(1);
-            let Some(id) = paths::parse_pack(&o.location) else { continue };
-            let entries = crate::check::read_footer(backend, &o.location, o.size)
-                .map_err(|e| Error::corrupt(format!("pack {id}: {e}")))?;
-            self.index().put_pack(&mut b, id, o.size, &entries);
-            report.packs += 1;
-            report.chunks += entries.len();
-        }
+        self.import_remote_objects(&mut b, progress, &mut report)?;
         self.index().write(b, true)?;
         tracing::info!(?report, remote = backend.describe(), "attached to the remote store");
         Ok(report)
+    }
+
+    /// Adds to `b` the version records and packs the remote has and the
+    /// local index does not (what other hosts committed).
+    fn import_remote_objects(
+        &self,
+        b: &mut WriteBatch,
+        progress: &dyn Progress,
+        report: &mut AttachReport,
+    ) -> Result<()> {
+        let backend = self.chunks().backend();
+        let meta = self.index().cf(CF_META);
+        // Volumes created by other hosts since.
+        let known: std::collections::HashSet<VolumeId> =
+            self.volumes()?.into_iter().map(|v| v.id).collect();
+        let mut next_id: u64 = self.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
+        for o in backend.list(paths::VOLUMES)? {
+            let rec: VolumeRecord = serde_json::from_slice(&backend.get(&o.location)?)
+                .map_err(|e| Error::corrupt(format!("{}: {e}", o.location)))?;
+            if known.contains(&rec.id) {
+                continue;
+            }
+            let head: HeadRecord = serde_json::from_slice(&backend.get(&paths::head(rec.id))?)
+                .map_err(|e| Error::corrupt(format!("head of {}: {e}", rec.name)))?;
+            next_id = next_id.max(rec.id.0 + 1);
+            self.put_json(b, &keys::volume(rec.name.as_str()), &rec)?;
+            self.put_json(b, &keys::head(rec.id), &head)?;
+            report.volumes += 1;
+        }
+        self.put_json(b, keys::NEXT_VOLUME_ID, &next_id)?;
+        for o in backend.list(paths::VERSIONS)? {
+            let named = o.location.filename().and_then(|f| f.strip_suffix(".json"));
+            let Some(id) = named.and_then(VersionId::parse) else { continue };
+            if self.index().get_meta(&keys::version(&id))?.is_some() {
+                continue;
+            }
+            let v = VersionRecord::decode(&backend.get(&o.location)?)?;
+            if v.id != id || v.clone().seal()?.id != v.id {
+                return Err(Error::corrupt(format!("{} does not match its id", o.location)));
+            }
+            self.put_json(b, &keys::version(&v.id), &v)?;
+            b.put_cf(meta, keys::log(VolumeId(v.volume.0), v.seq), v.id.to_string());
+            report.versions += 1;
+        }
+        let known: std::collections::HashSet<_> =
+            self.index().packs()?.into_iter().map(|(id, _)| id).collect();
+        let packs: Vec<_> = backend
+            .list(paths::PACKS)?
+            .into_iter()
+            .filter_map(|o| paths::parse_pack(&o.location).map(|id| (id, o)))
+            .filter(|(id, _)| !known.contains(id))
+            .collect();
+        progress.stage("pack footers", packs.len() as u64);
+        for (id, o) in packs {
+            progress.advance(1);
+            let entries = crate::check::read_footer(backend, &o.location, o.size)
+                .map_err(|e| Error::corrupt(format!("pack {id}: {e}")))?;
+            self.index().put_pack(b, id, o.size, &entries);
+            report.packs += 1;
+            report.chunks += entries.len();
+        }
+        Ok(())
+    }
+
+    /// Imports what other hosts committed (volumes, versions, packs);
+    /// returns how many records and packs were new.
+    pub(crate) fn sync_from_remote(&self) -> Result<usize> {
+        let mut b = WriteBatch::default();
+        let mut report = AttachReport::default();
+        self.import_remote_objects(&mut b, &crate::progress::Quiet, &mut report)?;
+        self.index().write(b, true)?;
+        Ok(report.volumes + report.versions + report.packs)
+    }
+
+    /// Brings one volume up to what the remote holds before this host
+    /// writes it (after taking its lease): new packs and versions, and the
+    /// remote head if another host advanced it (local uncommitted changes
+    /// to an outdated head are dropped, with a warning). Returns the head
+    /// and the version of its object, for the conditional update that
+    /// advances it next.
+    pub(crate) fn refresh_from_remote(
+        &self,
+        vol: &VolumeRecord,
+    ) -> Result<(HeadRecord, Option<object_store::UpdateVersion>)> {
+        let backend = self.chunks().backend();
+        let mut b = WriteBatch::default();
+        let mut report = AttachReport::default();
+        self.import_remote_objects(&mut b, &crate::progress::Quiet, &mut report)?;
+        let local = self.head_record(vol.id)?;
+        let (head, version) = match backend.get_versioned(&paths::head(vol.id))? {
+            Some((raw, v)) => {
+                let remote: HeadRecord = serde_json::from_slice(&raw)
+                    .map_err(|e| Error::corrupt(format!("head of {}: {e}", vol.name)))?;
+                (remote, Some(v))
+            }
+            None => (local.clone(), None),
+        };
+        if head != local {
+            let overlay = crate::overlay::Overlay::new(self.index(), vol.id);
+            if !overlay.is_empty()? {
+                tracing::warn!(volume = %vol.name, "another host advanced this volume; uncommitted local changes to the old head are dropped");
+            }
+            overlay.clear(&mut b);
+            self.put_json(&mut b, &keys::head(vol.id), &head)?;
+            tracing::info!(volume = %vol.name, base = ?head.base, "head taken from the remote store");
+        }
+        self.index().write(b, true)?;
+        Ok((head, version))
     }
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectMeta, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 use std::future::Future;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -96,6 +96,50 @@ impl Backend {
             Ok(())
         })?;
         self.sync_local(key)
+    }
+
+    /// Reads an object with the version a conditional put must name to
+    /// replace it; `None` if there is no such object.
+    pub fn get_versioned(&self, key: &Path) -> Result<Option<(Bytes, UpdateVersion)>> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move {
+            match store.get(&k).await {
+                Ok(r) => {
+                    let v = UpdateVersion {
+                        e_tag: r.meta.e_tag.clone(),
+                        version: r.meta.version.clone(),
+                    };
+                    Ok(Some((r.bytes().await?, v)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    /// Writes an object only if it is still at `expected` (`None`: only if
+    /// absent), and returns its new version. A lost race is a `Conflict`.
+    pub fn put_conditional(
+        &self,
+        key: &Path,
+        data: Bytes,
+        expected: Option<UpdateVersion>,
+    ) -> Result<UpdateVersion> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move {
+            let mode = expected.map_or(PutMode::Create, PutMode::Update);
+            let opts = PutOptions { mode, ..Default::default() };
+            let r = store.put_opts(&k, PutPayload::from(data), opts).await?;
+            Ok(UpdateVersion { e_tag: r.e_tag, version: r.version })
+        })
+    }
+
+    /// Whether objects live in a local directory (the embedded store or a
+    /// `file://` remote), where conditional updates are not available.
+    pub fn is_local(&self) -> bool {
+        self.local_root.is_some()
     }
 
     pub fn get(&self, key: &Path) -> Result<Bytes> {

@@ -144,7 +144,7 @@ fn log(store: &Store, volume: &str) -> Result<serde_json::Value> {
         versions.push(j);
     }
     Ok(serde_json::json!({
-        "head_base": store.open_volume(volume)?.state().base,
+        "head_base": store.head_base(&vol)?,
         "versions": versions,
         "rollbacks": store.rollbacks(&vol)?,
     }))

@@ -139,8 +139,10 @@ impl Store {
         .seal()?;
         let json = serde_json::to_vec_pretty(&version)?;
         self.chunks().backend().put(&paths::version(&version.id), Bytes::from(json))?;
-        // Phase 3: commit in one synced batch.
+        // Phase 3: commit in one synced batch, after the head object (for
+        // other hosts; conditional with a lease) names the durable version.
         let new_head = HeadRecord { base: Some(version.id), root, next_seq: state.next_seq + 1 };
+        self.publish_head(head, &new_head)?;
         {
             let _g = (!exclusive).then(|| head.gate.write());
             head.check_live()?;
@@ -171,8 +173,6 @@ impl Store {
         if let Some(f) = floor {
             self.datalog().drop_below(rec.id, f)?;
         }
-        let head_obj = Bytes::from(serde_json::to_vec_pretty(&new_head)?);
-        self.chunks().backend().put(&paths::head(rec.id), head_obj)?;
         tracing::info!(volume = %rec.name, version = %version.id.short(), origin = %version.origin, "snapshot");
         if matches!(version.origin, Origin::Auto | Origin::SafePoint) {
             self.auto_prune(rec.name.as_str());
@@ -306,6 +306,7 @@ impl Store {
         if dropped.bytes > 0 {
             tracing::info!(volume = %rec.name, bytes = dropped.bytes, "restore dropped unsealed writes");
         }
+        self.publish_head(&head, &new_head)?;
         let mut b = WriteBatch::default();
         self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
         head.overlay().clear(&mut b);

@@ -23,6 +23,7 @@ pub mod gc;
 pub mod graph;
 pub mod id;
 pub mod index;
+pub mod lease;
 pub mod map;
 pub mod overlay;
 pub mod pack;

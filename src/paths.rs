@@ -41,6 +41,11 @@ pub fn volume(id: VolumeId) -> Path {
     Path::from(format!("{VOLUMES}/{:016x}.json", id.0))
 }
 
+/// The single-writer lease of a volume (remote stores).
+pub fn lease(id: VolumeId) -> Path {
+    Path::from(format!("leases/{:016x}.json", id.0))
+}
+
 pub fn head(id: VolumeId) -> Path {
     Path::from(format!("{HEADS}/{:016x}.json", id.0))
 }

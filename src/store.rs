@@ -7,7 +7,7 @@
 use crate::backend::Backend;
 use crate::chunk::{ChunkConfig, ChunkStore};
 use crate::datalog::DataLog;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::id::{VolumeId, VolumeName};
 use crate::index::Index;
 use crate::paths;
@@ -216,8 +216,16 @@ impl Store {
     }
 
     pub fn volume(&self, name: &str) -> Result<VolumeRecord> {
-        self.get_json(&keys::volume(name))?
-            .ok_or_else(|| Error::not_found(format!("no volume named {name:?}")))
+        if let Some(v) = self.get_json(&keys::volume(name))? {
+            return Ok(v);
+        }
+        // Another host may have created it since.
+        if !self.chunks().backend().is_local() && self.sync_from_remote()? > 0 {
+            if let Some(v) = self.get_json(&keys::volume(name))? {
+                return Ok(v);
+            }
+        }
+        Err(Error::not_found(format!("no volume named {name:?}")))
     }
 
     pub fn volumes(&self) -> Result<Vec<VolumeRecord>> {
@@ -283,6 +291,9 @@ impl Store {
         forked_from: Option<crate::id::VersionId>,
         head: HeadRecord,
     ) -> Result<VolumeRecord> {
+        if !self.chunks().backend().is_local() {
+            self.sync_from_remote()?; // names and ids other hosts took
+        }
         let _session = self.chunks().write_session();
         let _g = self.inner.meta_lock.lock();
         if self.index().get_meta(&keys::volume(name.as_str()))?.is_some() {
@@ -305,7 +316,20 @@ impl Store {
         // Nodes of a new root must be durable before anything names them.
         self.chunks().flush()?;
         let obj = Bytes::from(serde_json::to_vec_pretty(&rec)?);
-        self.chunks().backend().put(&paths::volume(rec.id), obj)?;
+        let backend = self.chunks().backend();
+        if backend.is_local() {
+            backend.put(&paths::volume(rec.id), obj)?;
+        } else {
+            // Hosts number volumes from what they have seen: never take an
+            // id another host took meanwhile.
+            backend.put_conditional(&paths::volume(rec.id), obj, None).map_err(|e| {
+                if e.kind() == ErrorKind::Conflict {
+                    Error::conflict("another host created a volume at the same moment; try again")
+                } else {
+                    e
+                }
+            })?;
+        }
         let obj = Bytes::from(serde_json::to_vec_pretty(&head)?);
         self.chunks().backend().put(&paths::head(rec.id), obj)?;
         let mut b = WriteBatch::default();
@@ -324,10 +348,44 @@ impl Store {
         if let Some(h) = heads.get(&rec.id).and_then(Weak::upgrade) {
             return Ok(h);
         }
-        let state = self.head_record(rec.id)?;
-        let head = Arc::new(Head::new(self.clone(), rec.clone(), state)?);
+        let backend = self.chunks().backend();
+        let (state, lease) = if backend.is_local() {
+            (self.head_record(rec.id)?, None)
+        } else {
+            // Another host may hold it; once ours, start from the remote head.
+            let lease =
+                crate::lease::Lease::acquire(backend.clone(), &rec, crate::lease::default_term())?;
+            let (state, version) = self.refresh_from_remote(&rec)?;
+            (state, Some((lease, version)))
+        };
+        let head = Arc::new(Head::new(self.clone(), rec.clone(), state, lease)?);
         heads.insert(rec.id, Arc::downgrade(&head));
         Ok(head)
+    }
+
+    /// Writes the head object: the pointer other hosts (and a rebuild)
+    /// read. With a lease it is a conditional update of the version this
+    /// host last saw, so a head another host advanced is never overwritten.
+    pub(crate) fn publish_head(&self, head: &Head, rec: &HeadRecord) -> Result<()> {
+        let key = paths::head(head.record().id);
+        let obj = Bytes::from(serde_json::to_vec_pretty(rec)?);
+        let backend = self.chunks().backend();
+        if head.lease.is_none() {
+            return backend.put(&key, obj);
+        }
+        let mut v = head.head_version.lock();
+        let new = backend.put_conditional(&key, obj, v.clone()).map_err(|e| {
+            if e.kind() == crate::ErrorKind::Conflict {
+                Error::conflict(format!(
+                    "another host advanced volume {}; this host's changes were not committed",
+                    head.record().name
+                ))
+            } else {
+                e
+            }
+        })?;
+        *v = Some(new);
+        Ok(())
     }
 
     /// Changes a volume record (object copy first, then the index).
@@ -345,6 +403,11 @@ impl Store {
         self.put_json(&mut b, &keys::volume(name), &rec)?;
         self.index().write(b, true)?;
         Ok(rec)
+    }
+
+    /// The version a volume's head is based on (no lease needed).
+    pub fn head_base(&self, vol: &VolumeRecord) -> Result<Option<crate::id::VersionId>> {
+        Ok(self.head_record(vol.id)?.base)
     }
 
     /// The head of `name` if this process has it open.

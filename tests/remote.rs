@@ -177,3 +177,92 @@ fn bad_remotes_fail_with_one_line() {
     assert!(!s.join(forkfs::store::CONFIG_FILE).exists(), "a failed init left a store");
     assert!(forkfs(&s, &["volume", "list"]).status.code() != Some(0));
 }
+
+/// `forkfs-nbd serve` on a store directory, with the test's credentials.
+fn serve(store: &Path, sock: &Path, ttl: &str) -> Child {
+    let exe = common::forkfs_bin().with_file_name("forkfs-nbd");
+    let child = Command::new(exe)
+        .arg("--store")
+        .arg(store)
+        .args(["serve", "--export", "disk", "--checkpoint-after-flush", "0s", "--socket"])
+        .arg(sock)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("FORKFS_LEASE_TTL", ttl)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start forkfs-nbd");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(sock).is_err() {
+        assert!(Instant::now() < deadline, "forkfs-nbd did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+#[test]
+fn one_writer_per_volume_across_hosts_and_takeover_after_expiry() {
+    let s3 = S3::start("forkfs-lease");
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("host-a"), dir.path().join("host-b"));
+    for h in [&a, &b] {
+        let args = ["init", "--remote", "s3://forkfs-lease/s", "--endpoint", &s3.endpoint];
+        let mut args = args.to_vec();
+        args.push("--allow-http");
+        ok(h, &args);
+    }
+    let img = dir.path().join("disk.img");
+    let first = random(2 << 20, 3);
+    std::fs::write(&img, &first).unwrap();
+    // Created by host A after host B joined: B finds it in the bucket.
+    ok(&a, &["import", "disk", img.to_str().unwrap()]);
+
+    // Host A serves the disk (and so holds its lease) and commits a write.
+    let sock = dir.path().join("a.sock");
+    let mut server = serve(&a, &sock, "2s");
+    let uri = format!("nbd+unix:///disk?socket={}", sock.display());
+    let out = Command::new("nbdsh")
+        .args([
+            "-u",
+            &uri,
+            "-c",
+            "h.pwrite(b'\\x07' * 65536, 0)\nh.flush()\nimport time\ntime.sleep(1)",
+        ])
+        .env("PATH", format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default()))
+        .output()
+        .expect("nbdsh (apt install python3-libnbd)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Host B may read versions, but not write the volume.
+    let out = forkfs(&b, &["import", "disk", img.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(75), "a second writer was let in");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is being written by") && err.contains("pid"), "{err}");
+    let v = dir.path().join("v.img");
+    ok(&b, &["export", "disk@~1", v.to_str().unwrap()]);
+    assert!(std::fs::read(&v).unwrap() == first);
+
+    // Host A dies without releasing: B takes over once the lease expires,
+    // from A's last committed head.
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let t0 = Instant::now();
+    let out = loop {
+        let out = dir.path().join("after.img");
+        let _ = std::fs::remove_file(&out);
+        let r = forkfs(&b, &["export", "disk", out.to_str().unwrap()]);
+        if r.status.success() {
+            break out;
+        }
+        assert_eq!(r.status.code(), Some(75), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(t0.elapsed() < Duration::from_secs(20), "the expired lease was never taken over");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(t0.elapsed() >= Duration::from_millis(500), "taken over before the lease expired");
+    let got = std::fs::read(&out).unwrap();
+    assert_eq!(&got[..65536], &[7u8; 65536][..], "host A's committed write is missing on host B");
+    assert!(got[65536..] == first[65536..]);
+    // And B now writes it.
+    ok(&b, &["import", "disk", img.to_str().unwrap()]);
+}

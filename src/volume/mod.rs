@@ -49,6 +49,10 @@ pub struct Head {
     /// Deferred persistence (block volumes; see `deferred.rs`): `None`
     /// writes go straight to the overlay.
     deferred: Mutex<Option<deferred::Deferred>>,
+    /// Remote stores: this host's right to write the volume, and the
+    /// version of the head object it last read or wrote.
+    pub(crate) lease: Option<crate::lease::Lease>,
+    pub(crate) head_version: Mutex<Option<object_store::UpdateVersion>>,
 }
 
 /// What a reader sees: a live head (overlay over base) or a frozen
@@ -98,7 +102,16 @@ pub enum Found {
 }
 
 impl Head {
-    pub(crate) fn new(store: Store, record: VolumeRecord, state: HeadRecord) -> Result<Head> {
+    pub(crate) fn new(
+        store: Store,
+        record: VolumeRecord,
+        state: HeadRecord,
+        lease: Option<(crate::lease::Lease, Option<object_store::UpdateVersion>)>,
+    ) -> Result<Head> {
+        let (lease, head_version) = match lease {
+            Some((l, v)) => (Some(l), v),
+            None => (None, None),
+        };
         let head = Head {
             store,
             record,
@@ -111,6 +124,8 @@ impl Head {
             zeroed: RwLock::new(BTreeMap::new()),
             zero_seq: std::sync::atomic::AtomicU64::new(0),
             deferred: Mutex::new(None),
+            lease,
+            head_version: Mutex::new(head_version),
         };
         head.reload_zeroed()?;
         Ok(head)
@@ -140,7 +155,10 @@ impl Head {
         if self.deleted.load(Ordering::SeqCst) {
             return Err(Error::not_found(format!("volume {} was deleted", self.record.name)));
         }
-        Ok(())
+        match &self.lease {
+            Some(l) => l.check(),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn overlay(&self) -> Overlay<'_> {

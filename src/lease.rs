@@ -1,0 +1,200 @@
+//! Single writer across hosts: the lease of a volume in a remote store.
+//!
+//! Every host of a remote store has its own local index, so nothing local
+//! stops two hosts from writing the same volume. The lease does: an object
+//! `leases/<volume>.json` naming the holder and an expiry, created with a
+//! conditional put (create-if-absent) and renewed, or taken over once
+//! expired, with a conditional update naming the version read. A second
+//! writer gets a clear error naming the holder; a crashed holder's lease
+//! expires and the next host takes it over, starting from the last head
+//! committed to the remote. Heads themselves are advanced with a
+//! conditional update too, so even a holder that lost its lease without
+//! noticing cannot move a head another host advanced.
+//!
+//! A holder renews at a third of the term; one that cannot renew stops
+//! accepting writes (its volume's writes fail with a conflict) rather than
+//! writing past an expiry. Read-only access to versions never needs a lease.
+//! Stores whose objects are local files (the embedded default, `file://`)
+//! have no conditional updates and take no leases: one process opens a
+//! store directory at a time anyway.
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::paths;
+use crate::version::{VolumeRecord, now_ms};
+use bytes::Bytes;
+use object_store::UpdateVersion;
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How long a lease lasts without renewal (`FORKFS_LEASE_TTL`, e.g. `2s`
+/// in tests).
+pub fn default_term() -> Duration {
+    std::env::var("FORKFS_LEASE_TTL")
+        .ok()
+        .and_then(|s| humantime::parse_duration(&s).ok())
+        .unwrap_or(Duration::from_secs(30))
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// Unique per acquisition: host, pid and a random tag.
+    pub holder: String,
+    pub host: String,
+    pub pid: u32,
+    pub acquired_ms: u64,
+    pub expires_ms: u64,
+}
+
+struct Shared {
+    backend: Arc<Backend>,
+    key: object_store::path::Path,
+    volume: String,
+    term: Duration,
+    state: Mutex<(LeaseRecord, UpdateVersion)>,
+    lost: AtomicBool,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// A held lease; renewed in the background, released on drop.
+pub struct Lease {
+    shared: Arc<Shared>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".into())
+}
+
+fn encode(r: &LeaseRecord) -> Result<Bytes> {
+    Ok(Bytes::from(serde_json::to_vec_pretty(r)?))
+}
+
+impl Lease {
+    /// Takes the lease of `vol`, or fails with a conflict naming the holder.
+    pub fn acquire(backend: Arc<Backend>, vol: &VolumeRecord, term: Duration) -> Result<Lease> {
+        let key = paths::lease(vol.id);
+        let host = hostname();
+        let pid = std::process::id();
+        let now = now_ms();
+        let mine = LeaseRecord {
+            holder: format!("{host}:{pid}:{:08x}", rand::random::<u32>()),
+            host,
+            pid,
+            acquired_ms: now,
+            expires_ms: now + term.as_millis() as u64,
+        };
+        let expected = match backend.get_versioned(&key)? {
+            None => None,
+            Some((raw, version)) => {
+                let theirs: LeaseRecord = serde_json::from_slice(&raw)
+                    .map_err(|e| Error::corrupt(format!("lease of {}: {e}", vol.name)))?;
+                if theirs.expires_ms > now {
+                    return Err(held_by(vol.name.as_str(), &theirs));
+                }
+                tracing::warn!(volume = %vol.name, holder = %theirs.holder, "taking over an expired lease");
+                Some(version)
+            }
+        };
+        let version = backend.put_conditional(&key, encode(&mine)?, expected).map_err(|e| {
+            if e.kind() == crate::ErrorKind::Conflict {
+                Error::conflict(format!(
+                    "volume {} was leased by another host at the same moment; try again",
+                    vol.name
+                ))
+            } else {
+                e
+            }
+        })?;
+        let shared = Arc::new(Shared {
+            backend,
+            key,
+            volume: vol.name.to_string(),
+            term,
+            state: Mutex::new((mine, version)),
+            lost: AtomicBool::new(false),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let s = shared.clone();
+        let renewer = std::thread::Builder::new()
+            .name("forkfs-lease".into())
+            .spawn(move || renew_loop(&s))?;
+        Ok(Lease { shared, renewer: Some(renewer) })
+    }
+
+    /// Fails once the lease could not be renewed in time.
+    pub fn check(&self) -> Result<()> {
+        if self.shared.lost.load(Ordering::SeqCst) {
+            return Err(Error::conflict(format!(
+                "the lease of volume {} was lost (not renewed in time); reopen it",
+                self.shared.volume
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn held_by(volume: &str, r: &LeaseRecord) -> Error {
+    let left = r.expires_ms.saturating_sub(now_ms()) / 1000;
+    Error::conflict(format!(
+        "volume {volume} is being written by {} (pid {}, lease {}; expires in {left} s unless renewed)",
+        r.host, r.pid, r.holder
+    ))
+}
+
+fn renew_loop(s: &Shared) {
+    loop {
+        {
+            let mut stop = s.stop.lock();
+            if !*stop {
+                s.wake.wait_for(&mut stop, s.term / 3);
+            }
+            if *stop {
+                return;
+            }
+        }
+        let (mut rec, version) = s.state.lock().clone();
+        rec.expires_ms = now_ms() + s.term.as_millis() as u64;
+        let res = encode(&rec).and_then(|b| s.backend.put_conditional(&s.key, b, Some(version)));
+        match res {
+            Ok(v) => *s.state.lock() = (rec, v),
+            Err(e) => {
+                let expired = s.state.lock().0.expires_ms <= now_ms();
+                tracing::error!(volume = %s.volume, error = %e, expired, "lease renewal failed");
+                if expired || e.kind() == crate::ErrorKind::Conflict {
+                    s.lost.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        *self.shared.stop.lock() = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.renewer.take() {
+            let _ = t.join();
+        }
+        if self.shared.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        // Released by expiring it now, conditionally: never touch a lease
+        // someone else took over.
+        let (mut rec, version) = self.shared.state.lock().clone();
+        rec.expires_ms = 0;
+        if let Ok(b) = encode(&rec)
+            && let Err(e) = self.shared.backend.put_conditional(&self.shared.key, b, Some(version))
+        {
+            tracing::warn!(volume = %self.shared.volume, error = %e, "releasing the lease failed; it expires by itself");
+        }
+    }
+}

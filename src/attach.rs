@@ -108,6 +108,26 @@ impl Store {
         Ok(report.volumes + report.versions + report.packs)
     }
 
+    /// Takes the remote's head of every volume this process is not
+    /// writing (other hosts advance them), so that GC marks from them.
+    pub(crate) fn refresh_remote_heads(&self) -> Result<()> {
+        let backend = self.chunks().backend();
+        let mut b = WriteBatch::default();
+        for vol in self.volumes()? {
+            if self.open_head(vol.name.as_str()).is_some() {
+                continue;
+            }
+            if let Some((raw, _)) = backend.get_versioned(&paths::head(vol.id))? {
+                let remote: HeadRecord = serde_json::from_slice(&raw)
+                    .map_err(|e| Error::corrupt(format!("head of {}: {e}", vol.name)))?;
+                if remote != self.head_record(vol.id)? {
+                    self.put_json(&mut b, &keys::head(vol.id), &remote)?;
+                }
+            }
+        }
+        self.index().write(b, true)
+    }
+
     /// Brings one volume up to what the remote holds before this host
     /// writes it (after taking its lease): new packs and versions, and the
     /// remote head if another host advanced it (local uncommitted changes

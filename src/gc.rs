@@ -113,6 +113,11 @@ impl Store {
             .gc_lock
             .try_lock()
             .ok_or_else(|| Error::conflict("a gc is already running on this store"))?;
+        // Other hosts' volumes, versions and heads count as live too.
+        if !self.chunks().backend().is_local() {
+            self.sync_from_remote()?;
+            self.refresh_remote_heads()?;
+        }
         let started = Instant::now();
         let start_ms = now_ms();
         let grace_ms = u64::try_from(opts.grace.as_millis()).unwrap_or(u64::MAX);

@@ -264,5 +264,16 @@ fn one_writer_per_volume_across_hosts_and_takeover_after_expiry() {
     assert_eq!(&got[..65536], &[7u8; 65536][..], "host A's committed write is missing on host B");
     assert!(got[65536..] == first[65536..]);
     // And B now writes it.
+    let second = random(2 << 20, 11);
+    std::fs::write(&img, &second).unwrap();
     ok(&b, &["import", "disk", img.to_str().unwrap()]);
+
+    // A GC on host A, whose index knows nothing of B's new packs and head,
+    // must keep them (with no grace period to hide behind).
+    ok(&a, &["gc", "--grace", "0s"]);
+    let out = dir.path().join("final.img");
+    ok(&b, &["export", "disk", out.to_str().unwrap()]);
+    assert!(std::fs::read(&out).unwrap() == second, "a GC on another host lost data");
+    let check = json(&b, &["fsck", "--deep"]);
+    assert_eq!(check["problems"].as_array().map(|p| p.len()), Some(0), "{check}");
 }

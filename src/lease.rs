@@ -102,7 +102,7 @@ impl Lease {
                 Some(version)
             }
         };
-        let version = backend.put_conditional(&key, encode(&mine)?, expected).map_err(|e| {
+        let version = put_or_confirm(&backend, &key, &mine, expected).map_err(|e| {
             if e.kind() == crate::ErrorKind::Conflict {
                 Error::conflict(format!(
                     "volume {} was leased by another host at the same moment; try again",
@@ -141,6 +141,28 @@ impl Lease {
     }
 }
 
+/// A conditional put of `rec`. A conflict may be our own earlier attempt
+/// whose answer was lost and which the client retried: if the object now
+/// holds exactly `rec`, the put did happen.
+fn put_or_confirm(
+    backend: &Backend,
+    key: &object_store::path::Path,
+    rec: &LeaseRecord,
+    expected: Option<UpdateVersion>,
+) -> Result<UpdateVersion> {
+    match backend.put_conditional(key, encode(rec)?, expected) {
+        Err(e) if e.kind() == crate::ErrorKind::Conflict => match backend.get_versioned(key)? {
+            Some((raw, v))
+                if serde_json::from_slice::<LeaseRecord>(&raw).ok().as_ref() == Some(rec) =>
+            {
+                Ok(v)
+            }
+            _ => Err(e),
+        },
+        r => r,
+    }
+}
+
 fn held_by(volume: &str, r: &LeaseRecord) -> Error {
     let left = r.expires_ms.saturating_sub(now_ms()) / 1000;
     Error::conflict(format!(
@@ -162,7 +184,7 @@ fn renew_loop(s: &Shared) {
         }
         let (mut rec, version) = s.state.lock().clone();
         rec.expires_ms = now_ms() + s.term.as_millis() as u64;
-        let res = encode(&rec).and_then(|b| s.backend.put_conditional(&s.key, b, Some(version)));
+        let res = put_or_confirm(&s.backend, &s.key, &rec, Some(version));
         match res {
             Ok(v) => *s.state.lock() = (rec, v),
             Err(e) => {
@@ -191,8 +213,7 @@ impl Drop for Lease {
         // someone else took over.
         let (mut rec, version) = self.shared.state.lock().clone();
         rec.expires_ms = 0;
-        if let Ok(b) = encode(&rec)
-            && let Err(e) = self.shared.backend.put_conditional(&self.shared.key, b, Some(version))
+        if let Err(e) = put_or_confirm(&self.shared.backend, &self.shared.key, &rec, Some(version))
         {
             tracing::warn!(volume = %self.shared.volume, error = %e, "releasing the lease failed; it expires by itself");
         }

@@ -322,13 +322,19 @@ impl Store {
         } else {
             // Hosts number volumes from what they have seen: never take an
             // id another host took meanwhile.
-            backend.put_conditional(&paths::volume(rec.id), obj, None).map_err(|e| {
-                if e.kind() == ErrorKind::Conflict {
-                    Error::conflict("another host created a volume at the same moment; try again")
-                } else {
-                    e
+            let key = paths::volume(rec.id);
+            match backend.put_conditional(&key, obj.clone(), None) {
+                Ok(_) => {}
+                // Our own put, retried after its answer was lost?
+                Err(e) if e.kind() == ErrorKind::Conflict => {
+                    if backend.get(&key)? != obj {
+                        return Err(Error::conflict(
+                            "another host created a volume at the same moment; try again",
+                        ));
+                    }
                 }
-            })?;
+                Err(e) => return Err(e),
+            }
         }
         let obj = Bytes::from(serde_json::to_vec_pretty(&head)?);
         self.chunks().backend().put(&paths::head(rec.id), obj)?;
@@ -374,16 +380,20 @@ impl Store {
             return backend.put(&key, obj);
         }
         let mut v = head.head_version.lock();
-        let new = backend.put_conditional(&key, obj, v.clone()).map_err(|e| {
-            if e.kind() == crate::ErrorKind::Conflict {
-                Error::conflict(format!(
-                    "another host advanced volume {}; this host's changes were not committed",
-                    head.record().name
-                ))
-            } else {
-                e
-            }
-        })?;
+        let new = match backend.put_conditional(&key, obj.clone(), v.clone()) {
+            Ok(new) => new,
+            Err(e) if e.kind() == ErrorKind::Conflict => match backend.get_versioned(&key)? {
+                // Our own update, retried after its answer was lost.
+                Some((raw, new)) if raw == obj => new,
+                _ => {
+                    return Err(Error::conflict(format!(
+                        "another host advanced volume {}; this host's changes were not committed",
+                        head.record().name
+                    )));
+                }
+            },
+            Err(e) => return Err(e),
+        };
         *v = Some(new);
         Ok(())
     }

@@ -269,8 +269,17 @@ impl Store {
     pub fn fork(&self, from: &VersionRecord, new_name: &str) -> Result<VolumeRecord> {
         let name = VolumeName::new(new_name)?;
         let head = HeadRecord { base: Some(from.id), root: from.root, next_seq: 0 };
-        let rec =
+        let mut rec =
             self.insert_volume(name, from.kind, from.size, from.block_size, Some(from.id), head)?;
+        // A fork of a btrfs-mode disk is served the same way.
+        if let Ok(src) = self.volume(from.volume_name.as_str())
+            && src.consistency != rec.consistency
+        {
+            rec = self.update_volume(rec.name.as_str(), |r| {
+                r.consistency = src.consistency;
+                Ok(())
+            })?;
+        }
         tracing::info!(from = %from.id.short(), volume = %rec.name, "fork");
         Ok(rec)
     }

@@ -130,6 +130,10 @@ fn btrfs_mode_persists_only_at_safe_points_and_rolls_back_lost_connections() {
     // Versions of a deferred head are safe points, labelled with the generation.
     let v = forkfs(&srv, &["snapshot", "vm"]);
     assert_eq!(v["generation"], g + 1, "{v}");
+    // A fork taken now is that safe point, and is served the same way.
+    let f = forkfs(&srv, &["fork", "vm", "vm2"]);
+    assert_eq!(f["consistency"], "btrfs", "{f}");
+    assert_eq!(f["forked_from"], v["id"], "{f}");
     // The server's own checkpoints (here the one at SIGTERM) are safe-point versions.
     let sb2 = with_generation(&sb, g + 2);
     with_data(&srv, "s2", &sb2, &format!("h.pwrite(data, {SUPER})\nh.flush()\n{CUT}"));

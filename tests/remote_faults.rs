@@ -8,59 +8,12 @@
 
 mod common;
 
+use common::s3::{S3, forkfs};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-struct Moto(Child, u16);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn moto(bucket: &str) -> Moto {
-    let found = Command::new("sh").arg("-c").arg("command -v moto_server").output();
-    assert!(
-        found.is_ok_and(|o| o.status.success()),
-        "moto_server is not installed: run scripts/install-deps (pip install 'moto[server]')"
-    );
-    let port = free_port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let m = Moto(child, port);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let req = format!(
-                "PUT /{bucket} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-            let mut resp = String::new();
-            if s.write_all(req.as_bytes()).is_ok()
-                && s.read_to_string(&mut resp).is_ok()
-                && resp.starts_with("HTTP/1.1 200")
-            {
-                return m;
-            }
-        }
-        assert!(Instant::now() < deadline, "moto_server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use std::time::Duration;
 
 /// Counts of what the proxy did.
 #[derive(Default)]
@@ -164,18 +117,6 @@ fn serve(conn: TcpStream, upstream: u16, rng: &AtomicU64, faults: &Faults) -> st
     }
 }
 
-fn forkfs(store: &Path, args: &[&str]) -> Output {
-    Command::new(common::forkfs_bin())
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .output()
-        .unwrap()
-}
-
 fn image(i: u64) -> Vec<u8> {
     let mut s = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..(3usize << 20))
@@ -193,14 +134,14 @@ fn image(i: u64) -> Vec<u8> {
 
 #[test]
 fn committed_data_survives_a_faulty_network_to_the_bucket() {
-    let m = moto("faulty");
+    let m = S3::start("faulty");
     let seed = std::env::var("FORKFS_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
             as u64,
     );
     eprintln!("fault seed {seed} (FORKFS_FAULT_SEED={seed} repeats it)");
     let faults = Arc::new(Faults::default());
-    let via = proxy(m.1, seed, faults.clone());
+    let via = proxy(m.port, seed, faults.clone());
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     let remote = |port: u16| {
@@ -253,7 +194,7 @@ fn committed_data_survives_a_faulty_network_to_the_bucket() {
     assert!(committed.len() >= 4, "retries should get most imports through");
 
     // Host B talks to the S3 server directly: every committed version is there.
-    let init_b: Vec<String> = remote(m.1);
+    let init_b: Vec<String> = remote(m.port);
     let init_b: Vec<&str> = init_b.iter().map(String::as_str).collect();
     let out = forkfs(&b, &init_b);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

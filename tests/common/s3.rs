@@ -1,0 +1,72 @@
+//! An S3 API on loopback for the remote-store tests: moto's server.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// moto's S3 server on a free loopback port; killed on drop.
+pub struct S3 {
+    child: Child,
+    pub endpoint: String,
+    pub port: u16,
+}
+
+impl S3 {
+    pub fn start(bucket: &str) -> S3 {
+        let found = Command::new("sh").arg("-c").arg("command -v moto_server").output();
+        assert!(
+            found.is_ok_and(|o| o.status.success()),
+            "moto_server is not installed: run scripts/install-deps (pip install 'moto[server]')"
+        );
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server");
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let s3 = S3 { child, endpoint, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Creating the bucket is also the readiness probe.
+        while !s3.create_bucket(bucket) {
+            assert!(Instant::now() < deadline, "moto_server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s3
+    }
+
+    fn create_bucket(&self, bucket: &str) -> bool {
+        use std::io::{Read, Write};
+        let addr = self.endpoint.trim_start_matches("http://");
+        let Ok(mut s) = std::net::TcpStream::connect(addr) else { return false };
+        let req = format!(
+            "PUT /{bucket} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let mut resp = String::new();
+        s.write_all(req.as_bytes()).is_ok()
+            && s.read_to_string(&mut resp).is_ok()
+            && resp.starts_with("HTTP/1.1 200")
+    }
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs forkfs with the test credentials for the S3 server.
+pub fn forkfs(store: &Path, args: &[&str]) -> Output {
+    Command::new(super::forkfs_bin())
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("run forkfs")
+}

@@ -122,9 +122,13 @@ impl Export {
         self.persist.as_ref().map_or(0, |p| p.attach())
     }
 
-    /// Fails the requests of a connection that outlived a rollback.
-    pub fn check_epoch(&self, epoch: u64) -> forkfs::Result<()> {
-        self.persist.as_ref().map_or(Ok(()), |p| p.check_epoch(epoch))
+    /// Admits a request of a connection attached at `epoch` (see
+    /// [`Persistence::begin`]); hold the guard while it runs.
+    pub fn begin(
+        &self,
+        epoch: u64,
+    ) -> forkfs::Result<Option<parking_lot::RwLockReadGuard<'_, ()>>> {
+        self.persist.as_ref().map(|p| p.begin(epoch)).transpose()
     }
 
     /// A connection ended: in btrfs mode an unclean end rolls the disk back

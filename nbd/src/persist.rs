@@ -17,7 +17,7 @@
 
 use crate::safepoint::{Detector, SafePoint};
 use forkfs::{Consistency, Head, Store};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -90,6 +90,11 @@ pub struct Persistence {
     not_btrfs_logged: AtomicBool,
     /// Bumped by every rollback; connections attached before it fail.
     epoch: AtomicU64,
+    /// Held shared by every request while it runs, exclusively by a
+    /// rollback: requests of the connections a rollback cuts off are either
+    /// finished before it (their writes are discarded with the rest) or
+    /// refused after it; none can write, or seal, half way through.
+    ops: RwLock<()>,
     connections: AtomicU64,
     /// When the oldest seal not yet in a committed version happened.
     uncommitted_since: Mutex<Option<Instant>>,
@@ -109,6 +114,7 @@ impl Persistence {
             seal_lock: Mutex::new(()),
             not_btrfs_logged: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            ops: RwLock::new(()),
             connections: AtomicU64::new(0),
             uncommitted_since: Mutex::new(None),
             stats: Stats::default(),
@@ -143,10 +149,13 @@ impl Persistence {
         self.epoch.load(Ordering::SeqCst)
     }
 
-    /// Fails requests of a connection attached before a rollback.
-    pub fn check_epoch(&self, epoch: u64) -> forkfs::Result<()> {
+    /// Admits one request of a connection attached at `epoch`: the guard
+    /// keeps rollbacks out until the request is done. Fails the requests of
+    /// a connection attached before a rollback.
+    pub fn begin(&self, epoch: u64) -> forkfs::Result<RwLockReadGuard<'_, ()>> {
+        let guard = self.ops.read();
         if self.epoch.load(Ordering::SeqCst) == epoch {
-            return Ok(());
+            return Ok(guard);
         }
         Err(forkfs::Error::new(
             forkfs::ErrorKind::Unavailable,
@@ -265,7 +274,11 @@ impl Persistence {
             End::Lost => "a connection ended without NBD_CMD_DISC",
             End::Stopped => "the server stopped while a client was attached",
         };
+        // Every request of every connection in flight finishes first.
+        let _all = self.ops.write();
         let st = self.store.roll_back(&self.head, reason)?;
+        // The detector follows the disk back to its last safe point.
+        *self.detector.lock() = Detector::new(read_super(&self.head).as_deref());
         if st.since_ms.is_some() {
             self.epoch.fetch_add(1, Ordering::SeqCst);
             self.stats.rollbacks.fetch_add(1, Ordering::Relaxed);

@@ -170,7 +170,7 @@ async fn requests<R: AsyncRead + Unpin>(
         tasks.spawn(async move {
             let ex2 = ex.clone();
             let res = tokio::task::spawn_blocking(move || {
-                ex2.check_epoch(epoch).map_err(|e| (errno(&e), e.to_string()))?;
+                let _op = ex2.begin(epoch).map_err(|e| (errno(&e), e.to_string()))?;
                 execute(&ex2, &req, payload, &ctx)
             })
             .await;

@@ -6,72 +6,9 @@
 
 mod common;
 
+use common::attach::Attached;
 use common::{Server, need, ok, run};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// One export attached as a loop device through nbdfuse; detached on drop.
-struct Attached {
-    fuse_dir: PathBuf,
-    fuse: Child,
-    loopdev: String,
-    mnt: Option<PathBuf>,
-}
-
-impl Attached {
-    fn new(srv: &Server, export: &str, tag: &str, read_only: bool) -> Attached {
-        need("nbdfuse");
-        need("losetup");
-        let fuse_dir = srv.path(&format!("fuse-{tag}"));
-        std::fs::create_dir_all(&fuse_dir).unwrap();
-        let file = fuse_dir.join("disk");
-        let mut args = vec![];
-        if read_only {
-            args.push("-r".to_string());
-        }
-        args.push(file.to_string_lossy().into_owned());
-        args.push(srv.uri(export));
-        let fuse =
-            Command::new("nbdfuse").args(&args).stderr(Stdio::inherit()).spawn().expect("nbdfuse");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !file.exists() {
-            assert!(Instant::now() < deadline, "nbdfuse did not expose {export}: {}", srv.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let mut la = vec!["-f", "--show"];
-        if read_only {
-            la.push("-r");
-        }
-        let f = file.to_string_lossy().into_owned();
-        la.push(&f);
-        let loopdev = ok("losetup", &la).trim().to_string();
-        Attached { fuse_dir, fuse, loopdev, mnt: None }
-    }
-
-    fn mount(&mut self, at: &Path, opts: &str) {
-        std::fs::create_dir_all(at).unwrap();
-        ok("mount", &["-o", opts, &self.loopdev, at.to_str().unwrap()]);
-        self.mnt = Some(at.to_path_buf());
-    }
-
-    fn unmount(&mut self) {
-        if let Some(m) = self.mnt.take() {
-            ok("umount", &[m.to_str().unwrap()]);
-        }
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        if let Some(m) = self.mnt.take() {
-            let _ = Command::new("umount").arg("-l").arg(&m).status();
-        }
-        let _ = Command::new("losetup").args(["-d", &self.loopdev]).status();
-        let _ = Command::new("fusermount3").arg("-u").arg(&self.fuse_dir).status();
-        let _ = self.fuse.wait();
-    }
-}
+use std::path::Path;
 
 fn files(root: &Path) -> Vec<(String, blake3::Hash)> {
     let mut out = Vec::new();
@@ -91,7 +28,7 @@ fn btrfs_over_nbdfuse_survives_restart_and_snapshots() {
         let mut a = Attached::new(&srv, "vm", "a", false);
         // mkfs discards the whole 1 TiB device: metadata only.
         ok("mkfs.btrfs", &["-f", "-q", &a.loopdev]);
-        a.mount(&mnt, "rw");
+        a.mount(&mnt, "rw").unwrap();
         for i in 0..20u64 {
             let len = 1000 + i as usize * 50_000;
             let data: Vec<u8> = (0..len).map(|j| (j as u64 * 31 + i) as u8).collect();
@@ -101,7 +38,7 @@ fn btrfs_over_nbdfuse_survives_restart_and_snapshots() {
         std::fs::write(mnt.join("dir/x"), b"inner").unwrap();
         ok("sync", &[]);
         let w = files(&mnt);
-        a.unmount();
+        a.unmount().unwrap();
         w
     };
     assert!(srv.stop().success(), "graceful shutdown failed: {}", srv.log());
@@ -131,10 +68,10 @@ fn btrfs_over_nbdfuse_survives_restart_and_snapshots() {
         );
         drop(live);
         let smnt = srv.path("smnt");
-        snap.mount(&smnt, "ro,norecovery");
+        snap.mount(&smnt, "ro,norecovery").unwrap();
         assert_eq!(files(&smnt), written);
         assert_eq!(std::fs::read(smnt.join("dir/x")).unwrap(), b"inner");
-        snap.unmount();
+        snap.unmount().unwrap();
     }
     assert!(srv.stop().success());
 }

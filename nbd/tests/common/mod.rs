@@ -1,6 +1,8 @@
 //! A real `forkfs-nbd` server on a Unix socket, and the real NBD clients.
 #![allow(dead_code)]
 
+pub mod attach;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -10,6 +12,10 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     pub store: PathBuf,
     pub sock: PathBuf,
+    /// Extra environment for the server process (e.g. test-only modes).
+    pub env: Vec<(String, String)>,
+    /// The `forkfs-nbd` to run (a long test may pin a copy of the build).
+    pub bin: PathBuf,
 }
 
 /// Fails with a clear message when a client tool is missing (CI installs them).
@@ -24,6 +30,13 @@ pub fn need(tool: &str) {
 impl Server {
     /// A store with block volumes `(name, size)`, served by a new server.
     pub fn start(volumes: &[(&str, u64)]) -> Server {
+        let mut srv = Server::create(volumes);
+        srv.spawn(&[]);
+        srv
+    }
+
+    /// The store of [`Server::start`], without starting the server.
+    pub fn create(volumes: &[(&str, u64)]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
         {
@@ -33,20 +46,25 @@ impl Server {
             }
         }
         let sock = dir.path().join("nbd.sock");
-        let mut srv = Server { child: None, dir, store, sock };
-        srv.spawn(&[]);
-        srv
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_forkfs-nbd"));
+        Server { child: None, dir, store, sock, env: Vec::new(), bin }
     }
 
     pub fn spawn(&mut self, extra: &[&str]) {
         let _ = std::fs::remove_file(&self.sock);
-        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_forkfs-nbd"))
+        // Appended: the log of a killed server stays readable after a restart.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))
+            .unwrap();
+        let child = Command::new(&self.bin)
             .arg("--store")
             .arg(&self.store)
             .args(["serve", "--socket"])
             .arg(&self.sock)
             .args(extra)
+            .envs(self.env.iter().cloned())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -73,6 +91,13 @@ impl Server {
         // SAFETY: kill(2) on our own child's pid; no memory is involved.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         child.wait().unwrap()
+    }
+
+    /// SIGKILL, then wait: the server dies without any shutdown path.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("server running");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     pub fn path(&self, name: &str) -> PathBuf {

@@ -189,6 +189,14 @@ else:
     // last safe point and the loss is recorded.
     let before = rollbacks(&srv).len();
     nbdsh(&uri, "h.pwrite(b'E' * 65536, 262144)");
+    // That client left without NBD_CMD_DISC: once the server has rolled it
+    // back, a new connection is not cut off by that rollback.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rollbacks(&srv).len() == before {
+        assert!(std::time::Instant::now() < deadline, "the lost connection was not rolled back");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let before = before + 1;
     let script = "import time\nh.pwrite(b'F' * 65536, 327680)\ntime.sleep(30)";
     let mut holder = std::process::Command::new("nbdsh")
         .args(["-u", &uri, "-c", script])

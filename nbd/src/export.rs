@@ -122,6 +122,20 @@ impl Export {
         self.persist.as_ref().map_or(0, |p| p.attach())
     }
 
+    /// Records a received request's arrival (live exports; see
+    /// [`Persistence::arrive`]).
+    pub fn arrive(&self, write: bool) -> Option<crate::persist::Arrival> {
+        self.persist.as_ref().map(|p| p.arrive(write))
+    }
+
+    /// Before a FLUSH runs: every write that arrived before it has finished.
+    pub fn wait_for_earlier_writes(&self, flush: &crate::persist::Arrival) -> forkfs::Result<()> {
+        match &self.persist {
+            Some(p) => p.wait_for_earlier_writes(flush),
+            None => Ok(()),
+        }
+    }
+
     /// Admits a request of a connection attached at `epoch` (see
     /// [`Persistence::begin`]); hold the guard while it runs.
     pub fn begin(

@@ -17,7 +17,7 @@
 
 use crate::safepoint::{Detector, SafePoint};
 use forkfs::{Consistency, Head, Store};
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -95,6 +95,11 @@ pub struct Persistence {
     /// finished before it (their writes are discarded with the rest) or
     /// refused after it; none can write, or seal, half way through.
     ops: RwLock<()>,
+    /// Writes received but not yet finished, by arrival number (all
+    /// connections): a FLUSH seals only once every write that arrived
+    /// before it has landed.
+    arrivals: Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    landed: Condvar,
     connections: AtomicU64,
     /// When the oldest seal not yet in a committed version happened.
     uncommitted_since: Mutex<Option<Instant>>,
@@ -115,6 +120,8 @@ impl Persistence {
             not_btrfs_logged: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             ops: RwLock::new(()),
+            arrivals: Mutex::new((0, std::collections::BTreeSet::new())),
+            landed: Condvar::new(),
             connections: AtomicU64::new(0),
             uncommitted_since: Mutex::new(None),
             stats: Stats::default(),
@@ -147,6 +154,38 @@ impl Persistence {
     pub fn attach(&self) -> u64 {
         self.connections.fetch_add(1, Ordering::SeqCst);
         self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// A request has been received (for a write, with its payload): its
+    /// place in the order of arrivals across every connection. A write's
+    /// arrival is outstanding until the returned value is dropped.
+    pub fn arrive(self: &Arc<Self>, write: bool) -> Arrival {
+        let mut a = self.arrivals.lock();
+        a.0 += 1;
+        let n = a.0;
+        if write {
+            a.1.insert(n);
+        }
+        Arrival { p: self.clone(), n, write }
+    }
+
+    /// Waits until every write that arrived before `flush` has finished.
+    /// NBD promises a FLUSH covers the writes completed before it was
+    /// sent; with several connections such a write may still be running
+    /// here, and a seal without it would persist a superblock ahead of the
+    /// blocks it names. Call without holding a request guard.
+    pub fn wait_for_earlier_writes(&self, flush: &Arrival) -> forkfs::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut a = self.arrivals.lock();
+        while a.1.first().is_some_and(|first| *first < flush.n) {
+            if self.landed.wait_until(&mut a, deadline).timed_out() {
+                return Err(forkfs::Error::new(
+                    forkfs::ErrorKind::Unavailable,
+                    "a FLUSH waited 30 s for earlier writes to finish",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Admits one request of a connection attached at `epoch`: the guard
@@ -345,4 +384,21 @@ fn spawn_naive_timer(head: Weak<Head>, stop: Arc<AtomicBool>) {
             }
         }
     });
+}
+
+/// A received request's place in the arrival order (see
+/// [`Persistence::arrive`]).
+pub struct Arrival {
+    p: Arc<Persistence>,
+    n: u64,
+    write: bool,
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        if self.write {
+            self.p.arrivals.lock().1.remove(&self.n);
+            self.p.landed.notify_all();
+        }
+    }
 }

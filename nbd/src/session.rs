@@ -164,14 +164,22 @@ async fn requests<R: AsyncRead + Unpin>(
             reply_error(tx, &req, structured, e, msg);
             continue;
         }
+        let mutating = matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes);
+        let arrival = export.arrive(mutating);
         let cost = (req.length as usize).min(MAX_REQUEST as usize).max(1);
         let permit = budget.clone().acquire_many_owned(cost as u32).await.map_err(invalid)?;
         let (ex, ctx, tx, cfg) = (export.clone(), contexts.clone(), tx.clone(), cfg.clone());
         tasks.spawn(async move {
             let ex2 = ex.clone();
             let res = tokio::task::spawn_blocking(move || {
-                let _op = ex2.begin(epoch).map_err(|e| (errno(&e), e.to_string()))?;
-                execute(&ex2, &req, payload, &ctx)
+                let fail = |e: forkfs::Error| (errno(&e), e.to_string());
+                if let (Command::Flush, Some(a)) = (req.command, &arrival) {
+                    ex2.wait_for_earlier_writes(a).map_err(fail)?;
+                }
+                let _op = ex2.begin(epoch).map_err(fail)?;
+                let out = execute(&ex2, &req, payload, &ctx);
+                drop(arrival);
+                out
             })
             .await;
             let res = res.unwrap_or_else(|e| Err((Errno::Io, format!("request task failed: {e}"))));

@@ -181,9 +181,15 @@ impl Head {
     /// pending entries are moved (a data log sync and one batch); the WAL
     /// sync runs after. Without deferred persistence: a plain flush.
     pub fn seal(&self, generation: Option<u64>) -> Result<LayerStats> {
+        // A seal writes the overlay like any writer: under the gate, so a
+        // checkpoint's commit (which deletes the entries it folded if they
+        // are unchanged) never interleaves with it. Gate before layer, the
+        // order writers take them in.
+        let gate = self.gate.read();
         let mut guard = self.deferred.lock();
         let Some(d) = guard.as_mut() else {
             drop(guard);
+            drop(gate);
             self.flush()?;
             return Ok(LayerStats::default());
         };
@@ -211,6 +217,7 @@ impl Head {
             d.pending = Pending::default();
         }
         drop(guard);
+        drop(gate);
         self.store.index().sync()?;
         Ok(stats)
     }
@@ -222,6 +229,7 @@ impl Head {
     /// NBD server's negative-control test mode, which shows that the chaos
     /// test catches exactly that.
     pub fn persist_one_unsealed_block(&self) -> Result<bool> {
+        let _gate = self.gate.read();
         let mut guard = self.deferred.lock();
         let Some(d) = guard.as_mut() else { return Ok(false) };
         let p = &mut d.pending;

@@ -46,6 +46,17 @@ fn open(dir: &std::path::Path) -> (Store, std::sync::Arc<forkfs::Head>) {
     (store, head)
 }
 
+/// A new store with an empty deferred block volume "d".
+fn fresh() -> (tempfile::TempDir, Store, std::sync::Arc<forkfs::Head>) {
+    let dir = tempfile::tempdir().unwrap();
+    Store::init(dir.path(), StoreConfig::default())
+        .unwrap()
+        .create_volume("d", VolumeKind::Block, Some(SIZE as u64), Some(BS as u32))
+        .unwrap();
+    let (store, head) = open(dir.path());
+    (dir, store, head)
+}
+
 fn read_all(head: &forkfs::Head) -> Vec<u8> {
     let mut buf = vec![0u8; SIZE];
     head.read_at(0, &mut buf).unwrap();
@@ -129,12 +140,7 @@ proptest! {
 /// writes: the version never contains one of them.
 #[test]
 fn checkpoints_beside_writers_hold_only_sealed_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    Store::init(dir.path(), StoreConfig::default())
-        .unwrap()
-        .create_volume("d", VolumeKind::Block, Some(SIZE as u64), Some(BS as u32))
-        .unwrap();
-    let (store, head) = open(dir.path());
+    let (_dir, store, head) = fresh();
     // Sealed state: every block holds 1; pending writes hold 2.
     head.write_at(0, &vec![1u8; SIZE]).unwrap();
     head.seal(Some(1)).unwrap();
@@ -170,12 +176,7 @@ fn checkpoints_beside_writers_hold_only_sealed_writes() {
 /// gate in four tries; it guards the property, the chaos test the timing.)
 #[test]
 fn seals_beside_checkpoints_lose_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    Store::init(dir.path(), StoreConfig::default())
-        .unwrap()
-        .create_volume("d", VolumeKind::Block, Some(SIZE as u64), Some(BS as u32))
-        .unwrap();
-    let (store, head) = open(dir.path());
+    let (_dir, store, head) = fresh();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let expected = std::thread::scope(|s| {
         let writer = s.spawn(|| {

@@ -214,3 +214,23 @@ fn seals_beside_checkpoints_lose_nothing() {
         .collect();
     assert!(lost.is_empty(), "sealed writes lost beside checkpoints in blocks {lost:?}");
 }
+
+/// Switching a head back to flush semantics keeps what was pending: it is
+/// sealed, and writes after the switch go straight to the overlay.
+#[test]
+fn turning_deferral_off_seals_what_is_pending() {
+    let (dir, store, head) = fresh();
+    head.write_at(0, &[3u8; BS]).unwrap();
+    head.set_deferred(false).unwrap();
+    assert!(!head.is_deferred());
+    head.write_at(BS as u64, &[4u8; BS]).unwrap();
+    head.flush().unwrap();
+    drop(head);
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let head = store.open_volume("d").unwrap();
+    let got = read_all(&head);
+    assert!(got[..BS].iter().all(|b| *b == 3), "a pending write was dropped by the switch");
+    assert!(got[BS..2 * BS].iter().all(|b| *b == 4));
+    assert!(store.rollbacks(&store.volume("d").unwrap()).unwrap().is_empty());
+}

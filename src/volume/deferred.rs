@@ -89,22 +89,20 @@ impl Head {
     /// Turns deferred persistence on or off. Turning it off seals what is
     /// pending (flush semantics from then on).
     pub fn set_deferred(&self, on: bool) -> Result<()> {
-        if on {
-            let mut d = self.deferred.lock();
-            if d.is_none() {
+        self.seal_and(None, |d| {
+            if on && d.is_none() {
                 *d = Some(Deferred::default());
+            } else if !on {
+                // Sealed in the same critical section: no write can slip
+                // into a layer that is about to go.
+                *d = None;
             }
-            return Ok(());
-        }
-        if self.deferred.lock().is_some() {
-            self.seal(None)?;
-            *self.deferred.lock() = None;
-        }
-        Ok(())
+        })
+        .map(|_| ())
     }
 
     pub fn is_deferred(&self) -> bool {
-        self.deferred.lock().is_some()
+        self.on.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Bytes written since the last seal (0 when not deferred).
@@ -118,6 +116,10 @@ impl Head {
     }
 
     pub(crate) fn pending_lookup(&self, idx: u64) -> PendingLookup {
+        // Reads of heads that never defer (fs volumes, flush mode) skip the lock.
+        if !self.on.load(std::sync::atomic::Ordering::Acquire) {
+            return PendingLookup::Absent;
+        }
         let d = self.deferred.lock();
         let Some(d) = d.as_ref() else { return PendingLookup::Absent };
         match d.pending.blocks.get(&idx) {
@@ -181,6 +183,16 @@ impl Head {
     /// pending entries are moved (a data log sync and one batch); the WAL
     /// sync runs after. Without deferred persistence: a plain flush.
     pub fn seal(&self, generation: Option<u64>) -> Result<LayerStats> {
+        self.seal_and(generation, |_| {})
+    }
+
+    /// Seals, then runs `then` on the deferred state before any writer can
+    /// add to it again.
+    fn seal_and(
+        &self,
+        generation: Option<u64>,
+        then: impl FnOnce(&mut Option<Deferred>),
+    ) -> Result<LayerStats> {
         // A seal writes the overlay like any writer: under the gate, so a
         // checkpoint's commit (which deletes the entries it folded if they
         // are unchanged) never interleaves with it. Gate before layer, the
@@ -188,6 +200,8 @@ impl Head {
         let gate = self.gate.read();
         let mut guard = self.deferred.lock();
         let Some(d) = guard.as_mut() else {
+            then(&mut guard);
+            self.on.store(guard.is_some(), std::sync::atomic::Ordering::Release);
             drop(guard);
             drop(gate);
             self.flush()?;
@@ -216,6 +230,8 @@ impl Head {
             }
             d.pending = Pending::default();
         }
+        then(&mut guard);
+        self.on.store(guard.is_some(), std::sync::atomic::Ordering::Release);
         drop(guard);
         drop(gate);
         self.store.index().sync()?;

@@ -49,6 +49,8 @@ pub struct Head {
     /// Deferred persistence (block volumes; see `deferred.rs`): `None`
     /// writes go straight to the overlay.
     deferred: Mutex<Option<deferred::Deferred>>,
+    /// `deferred` is `Some` (written under its lock; read without it).
+    on: AtomicBool,
     /// Remote stores: this host's right to write the volume, and the
     /// version of the head object it last read or wrote.
     pub(crate) lease: Option<crate::lease::Lease>,
@@ -124,6 +126,7 @@ impl Head {
             zeroed: RwLock::new(BTreeMap::new()),
             zero_seq: std::sync::atomic::AtomicU64::new(0),
             deferred: Mutex::new(None),
+            on: AtomicBool::new(false),
             lease,
             head_version: Mutex::new(head_version),
         };

@@ -86,18 +86,6 @@ impl Backend {
         self.sync_local(key)
     }
 
-    /// Writes an object only if no object of that name exists yet.
-    pub fn put_if_absent(&self, key: &Path, data: Bytes) -> Result<()> {
-        let store = self.store.clone();
-        let k = key.clone();
-        self.run(async move {
-            let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
-            store.put_opts(&k, PutPayload::from(data), opts).await?;
-            Ok(())
-        })?;
-        self.sync_local(key)
-    }
-
     /// Reads an object with the version a conditional put must name to
     /// replace it; `None` if there is no such object.
     pub fn get_versioned(&self, key: &Path) -> Result<Option<(Bytes, UpdateVersion)>> {

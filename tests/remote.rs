@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::random;
 use common::s3::{S3, forkfs};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -25,18 +26,6 @@ fn json(store: &Path, args: &[&str]) -> serde_json::Value {
     let mut a = vec!["--json"];
     a.extend_from_slice(args);
     serde_json::from_str(&ok(store, &a)).unwrap()
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
 }
 
 #[test]

@@ -118,18 +118,11 @@ fn serve(conn: TcpStream, upstream: u16, rng: &AtomicU64, faults: &Faults) -> st
 }
 
 fn image(i: u64) -> Vec<u8> {
-    let mut s = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..(3usize << 20))
-        .map(|j| {
-            if j % 65536 < 16384 {
-                return 0; // some holes and repeats too
-            }
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
+    let mut data = common::random(3 << 20, i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for block in data.chunks_mut(65536) {
+        block[..16384].fill(0); // some holes and repeats too
+    }
+    data
 }
 
 #[test]

@@ -302,14 +302,13 @@ impl Persistence {
         if !self.deferred() {
             return if end == End::Clean { self.head.flush() } else { Ok(()) };
         }
-        if end == End::Clean {
+        let reason = match end {
             // The last client left on purpose: what it wrote stands (a
             // client that unmounted ended on a safe point anyway). Others
             // still attached keep writing.
-            return if others > 0 || self.naive { Ok(()) } else { self.seal(None) };
-        }
-        let reason = match end {
-            End::Clean => unreachable!("handled above"),
+            End::Clean => {
+                return if others > 0 || self.naive { Ok(()) } else { self.seal(None) };
+            }
             End::Lost => "a connection ended without NBD_CMD_DISC",
             End::Stopped => "the server stopped while a client was attached",
         };

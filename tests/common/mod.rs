@@ -49,3 +49,16 @@ pub fn json(store: &Path, args: &[&str]) -> serde_json::Value {
     a.extend_from_slice(args);
     serde_json::from_str(&ok(store, &a)).expect("valid JSON")
 }
+
+/// `len` pseudo-random bytes (xorshift; the same for the same seed).
+pub fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect()
+}

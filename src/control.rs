@@ -63,6 +63,12 @@ pub enum Request {
     Log {
         volume: String,
     },
+    /// What changed from `from` to `to` (VOL for a head, VOL@VERSION;
+    /// `to` defaults to the head of `from`'s volume).
+    Diff {
+        from: String,
+        to: Option<String>,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -126,6 +132,14 @@ pub fn execute(store: &Store, req: &Request, progress: &dyn Progress) -> Result<
         }
         Request::Consistency { volume, mode: None } => serde_json::to_value(store.volume(volume)?)?,
         Request::Log { volume } => log(store, volume)?,
+        Request::Diff { from, to } => {
+            let a = store.resolve(from)?;
+            let b = match to {
+                Some(t) => store.resolve(t)?,
+                None => crate::graph::Target::Head(store.volume(a.volume_name().as_str())?),
+            };
+            serde_json::to_value(store.diff(&a, &b)?)?
+        }
     })
 }
 

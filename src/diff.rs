@@ -11,12 +11,12 @@ use crate::version::VolumeKind;
 use crate::volume::fs::{FsReader, reader_for_version};
 use crate::volume::inode::{Content, FileKind, Inode, META_KEY};
 use crate::volume::{Head, View, is_zero};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// A run of changed blocks of a block volume.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockRange {
     pub offset: u64,
     pub len: u64,
@@ -24,7 +24,7 @@ pub struct BlockRange {
     pub zeroed: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PathChange {
     Added,
@@ -34,18 +34,18 @@ pub enum PathChange {
 }
 
 /// One changed path of an fs volume.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PathDiff {
     pub change: PathChange,
     pub path: String,
     /// The old path of a rename or move.
     pub from: Option<String>,
-    pub kind: &'static str,
+    pub kind: String,
     pub old_size: Option<u64>,
     pub new_size: Option<u64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Diff {
     Block { block_size: u32, ranges: Vec<BlockRange> },
@@ -161,6 +161,8 @@ impl Store {
         let (ra, rb) = (self.fs_reader(a, bs), self.fs_reader(b, bs));
         let get = |r: &FsReader, ino: u64| -> Result<Option<Inode>> {
             match r.inode(ino) {
+                // Unlinked but still open (an orphan): no path of the tree.
+                Ok(i) if i.nlink == 0 => Ok(None),
                 Ok(i) => Ok(Some(i)),
                 Err(e) if e.kind() == crate::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e),
@@ -178,7 +180,7 @@ impl Store {
                     change: PathChange::Added,
                     path: rb.path_of(&n)?,
                     from: None,
-                    kind: kind_name(n.kind),
+                    kind: kind_name(n.kind).into(),
                     old_size: None,
                     new_size: Some(n.size),
                 },
@@ -186,7 +188,7 @@ impl Store {
                     change: PathChange::Deleted,
                     path: ra.path_of(&o)?,
                     from: None,
-                    kind: kind_name(o.kind),
+                    kind: kind_name(o.kind).into(),
                     old_size: Some(o.size),
                     new_size: None,
                 },
@@ -210,7 +212,7 @@ impl Store {
                         change,
                         from: (po != pn).then_some(po),
                         path: pn,
-                        kind: kind_name(n.kind),
+                        kind: kind_name(n.kind).into(),
                         old_size: Some(o.size),
                         new_size: Some(n.size),
                     }

@@ -55,11 +55,60 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// Why an fs volume refused an operation, in POSIX terms (the errno a
+/// front-end returns; the core names conditions, not numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Posix {
+    /// ENOENT
+    NoEntry,
+    /// EEXIST
+    Exists,
+    /// ENOTEMPTY
+    NotEmpty,
+    /// EISDIR
+    IsDir,
+    /// ENOTDIR
+    NotDir,
+    /// ENAMETOOLONG
+    NameTooLong,
+    /// EINVAL
+    Invalid,
+    /// EPERM
+    NotPermitted,
+    /// ENODATA (no such extended attribute)
+    NoAttr,
+    /// E2BIG (attribute value too large)
+    TooBig,
+    /// ERANGE (attribute name too long)
+    Range,
+    /// EFBIG
+    FileTooBig,
+    /// EMLINK
+    TooManyLinks,
+    /// EOPNOTSUPP
+    Unsupported,
+    /// ENOSPC
+    NoSpace,
+}
+
+impl Posix {
+    fn kind(self) -> ErrorKind {
+        match self {
+            Posix::NoEntry | Posix::NoAttr => ErrorKind::NotFound,
+            Posix::Exists | Posix::NotEmpty => ErrorKind::Conflict,
+            Posix::FileTooBig | Posix::TooManyLinks | Posix::NoSpace => ErrorKind::NoSpace,
+            _ => ErrorKind::InvalidInput,
+        }
+    }
+}
+
 /// The error type of the core library: a kind plus a message and its cause.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Error {
     kind: ErrorKind,
+    /// The POSIX condition behind a namespace error of an fs volume.
+    posix: Option<Posix>,
     message: String,
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
@@ -67,7 +116,17 @@ pub struct Error {
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), source: None }
+        Error { kind, posix: None, message: message.into(), source: None }
+    }
+
+    /// A namespace error of an fs volume: the front-end maps `posix` to its errno.
+    pub fn posix(posix: Posix, message: impl Into<String>) -> Self {
+        Error { kind: posix.kind(), posix: Some(posix), message: message.into(), source: None }
+    }
+
+    /// The POSIX condition, for errors of fs volume operations.
+    pub fn posix_condition(&self) -> Option<Posix> {
+        self.posix
     }
 
     pub fn with_source(
@@ -75,7 +134,7 @@ impl Error {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Error { kind, message: message.into(), source: Some(Box::new(source)) }
+        Error { kind, posix: None, message: message.into(), source: Some(Box::new(source)) }
     }
 
     pub fn kind(&self) -> ErrorKind {

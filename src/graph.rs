@@ -11,12 +11,14 @@
 use crate::error::{Error, Result};
 use crate::id::{VersionId, VolumeName};
 use crate::index::CF_META;
+use crate::overlay::{Dirty, Space};
 use crate::paths;
 use crate::store::Store;
 use crate::version::{
     HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeKind, VolumeRecord, keys, now_ms,
 };
 use crate::volume::Head;
+use crate::volume::inode::META_KEY;
 use bytes::Bytes;
 use rocksdb::WriteBatch;
 
@@ -287,6 +289,15 @@ impl Store {
     /// Sets the head of `volume` to `to`. The old head is recorded as a
     /// version first, so a restore can itself be undone; returns that version.
     pub fn restore(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
+        let pre = self.restore_locked(volume, to)?;
+        let hooks: Vec<_> = self.inner.restore_hooks.lock().clone();
+        for h in hooks {
+            h(volume);
+        }
+        Ok(pre)
+    }
+
+    fn restore_locked(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
         let head = self.open_volume(volume)?;
         let rec = head.record().clone();
         if to.kind != rec.kind || to.block_size != rec.block_size || to.size != rec.size {
@@ -310,6 +321,12 @@ impl Store {
             },
         )?;
         let new_head = HeadRecord { base: Some(to.id), root: to.root, next_seq: pre.seq + 1 };
+        // Inode numbers never go back: one the kernel or an open file still
+        // knows must not name a different file after the restore.
+        let fs_meta = match rec.kind {
+            VolumeKind::Fs => Some(crate::volume::fs::restored_meta(&head, to.root)?),
+            VolumeKind::Block => None,
+        };
         // Unsealed writes of a deferred head belong to the tree being replaced.
         let dropped = head.discard_pending()?;
         if dropped.bytes > 0 {
@@ -319,6 +336,9 @@ impl Store {
         let mut b = WriteBatch::default();
         self.put_json(&mut b, &keys::head(rec.id), &new_head)?;
         head.overlay().clear(&mut b);
+        if let Some(m) = fs_meta {
+            head.overlay().put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(m));
+        }
         self.index().write(b, true)?;
         head.set_state(new_head);
         head.reload_zeroed()?;

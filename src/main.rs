@@ -1,6 +1,7 @@
 //! The `forkfs` command.
 
 mod cli;
+mod mount;
 
 fn main() {
     std::process::exit(cli::run());

@@ -138,6 +138,18 @@ impl<'a> Overlay<'a> {
 
     /// Entries of one (space, owner) group with `lo <= key <= hi`, in key order.
     pub fn scan(&self, space: Space, owner: u64, lo: u64, hi: u64) -> Result<Vec<(u64, Dirty)>> {
+        self.scan_limit(space, owner, lo, hi, usize::MAX)
+    }
+
+    /// [`Overlay::scan`], stopping after `limit` entries.
+    pub fn scan_limit(
+        &self,
+        space: Space,
+        owner: u64,
+        lo: u64,
+        hi: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, Dirty)>> {
         let start = key(self.vol, space, owner, lo);
         let end = key(self.vol, space, owner, hi);
         let mut out = Vec::new();
@@ -145,7 +157,7 @@ impl<'a> Overlay<'a> {
         for item in self.index.db().iterator_cf(cf, IteratorMode::From(&start, Direction::Forward))
         {
             let (k, v) = item?;
-            if k.len() != KEY_LEN || k[..] > end[..] {
+            if k.len() != KEY_LEN || k[..] > end[..] || out.len() >= limit {
                 break;
             }
             let kk = u64::from_be_bytes(k[17..25].try_into().expect("8 bytes"));

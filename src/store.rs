@@ -63,7 +63,12 @@ pub(crate) struct Inner {
     /// One GC at a time.
     pub gc_lock: Mutex<()>,
     pub heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
+    /// Called with the volume's name after each restore (see [`Store::on_restore`]).
+    pub restore_hooks: Mutex<Vec<RestoreHook>>,
 }
+
+/// A front-end's reaction to a restore of a volume it serves.
+pub type RestoreHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// An open store; cheap to clone, safe to share between threads.
 #[derive(Clone)]
@@ -165,6 +170,7 @@ impl Store {
                 meta_lock: Mutex::new(()),
                 gc_lock: Mutex::new(()),
                 heads: Mutex::new(HashMap::new()),
+                restore_hooks: Mutex::new(Vec::new()),
             }),
         };
         // Segments below a volume's floor were folded by a checkpoint whose
@@ -462,6 +468,12 @@ impl Store {
         backend.delete(&paths::volume(rec.id))?;
         head.mark_deleted();
         self.datalog().drop_below(rec.id, u64::MAX)
+    }
+
+    /// Calls `hook` with the volume's name after every restore in this
+    /// process (a mount drops the kernel's caches of the old tree).
+    pub fn on_restore(&self, hook: RestoreHook) {
+        self.inner.restore_hooks.lock().push(hook);
     }
 
     /// Durably syncs every write acknowledged so far: the data log first,

@@ -67,7 +67,7 @@ fn path_diffs_see_adds_deletes_renames_and_the_dirty_head() {
     let base = store.snapshot("ws", &SnapshotOptions::default()).unwrap();
 
     h.create(ROOT_INO, b"new", FileKind::Symlink, 0o777, (0, 0), Some(b"dir/a")).unwrap();
-    h.unlink(ROOT_INO, b"gone").unwrap();
+    h.unlink(ROOT_INO, b"gone", &forkfs::volume::fs::never_open).unwrap();
     h.write_file(a.ino, 100_000, b"grown into blocks").unwrap();
     // Against the live head, before any snapshot.
     let live =

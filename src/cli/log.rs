@@ -4,7 +4,7 @@ use super::Global;
 use super::output::{age, bytes, print_json};
 use forkfs::control::{self, Request};
 use forkfs::progress::Quiet;
-use forkfs::{Diff, PathChange, Target};
+use forkfs::{Diff, PathChange};
 
 #[derive(clap::Args)]
 pub struct LogArgs {
@@ -102,13 +102,12 @@ pub struct DiffArgs {
 }
 
 pub fn diff(g: &Global, a: DiffArgs) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let from = store.resolve(&a.from)?;
-    let to = match &a.to {
-        Some(t) => store.resolve(t)?,
-        None => Target::Head(store.volume(from.volume_name().as_str())?),
-    };
-    let d = store.diff(&from, &to)?;
+    let req = forkfs::control::Request::Diff { from: a.from.clone(), to: a.to.clone() };
+    let d: Diff = serde_json::from_value(forkfs::control::run(
+        &g.store_dir(),
+        &req,
+        &forkfs::progress::Quiet,
+    )?)?;
     if g.json {
         return print_json(&d);
     }

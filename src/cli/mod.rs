@@ -89,6 +89,10 @@ enum Command {
     Export(data::ExportArgs),
     /// Volumes, sizes, stored bytes and dedupe ratio
     Status(status::Args),
+    /// Mount an fs volume (or a version, read-only) through FUSE
+    Mount(crate::mount::Args),
+    /// Unmount a mounted volume and wait for its process to finish
+    Umount(crate::mount::UmountArgs),
     /// Serve volumes over NBD (runs forkfs-nbd)
     #[command(external_subcommand)]
     External(Vec<String>),
@@ -122,6 +126,8 @@ pub fn run() -> i32 {
         Command::Import(a) => data::import(&g, a),
         Command::Export(a) => data::export(&g, a),
         Command::Status(a) => status::run(&g, a),
+        Command::Mount(a) => crate::mount::mount(&g, a),
+        Command::Umount(a) => crate::mount::umount(&g, a),
         Command::External(args) => return external(&g, args),
         Command::Debug(c) => debug::run(&g, c),
     };
@@ -134,7 +140,7 @@ pub fn run() -> i32 {
     }
 }
 
-fn one_line(e: &anyhow::Error) -> String {
+pub fn one_line(e: &anyhow::Error) -> String {
     let mut s = e.to_string();
     if let Some(fe) = e.downcast_ref::<Error>()
         && let Some(src) = std::error::Error::source(fe)
@@ -190,7 +196,8 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        // fuser warns when its own unmount finds the mount already gone.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},fuser=error")));
     let _ =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

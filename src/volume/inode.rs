@@ -250,20 +250,45 @@ pub fn decode_entries(b: &Bytes) -> Result<Vec<DirEntry>> {
     Ok(out)
 }
 
-pub fn encode_meta(next_ino: u64) -> Vec<u8> {
-    let mut w = vec![INODE_VERSION];
-    w.extend_from_slice(&next_ino.to_le_bytes());
-    w
+/// The fs volume's own record, at [`META_KEY`] of the inode map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub next_ino: u64,
+    /// Inodes whose last name went while a process still had them open:
+    /// kept (nlink 0) until released, reclaimed at the next mount if the
+    /// holder died.
+    pub orphans: Vec<u64>,
 }
 
-pub fn decode_meta(b: &Bytes) -> Result<u64> {
-    let mut r = Reader { b, pos: 0 };
-    if r.u8()? != INODE_VERSION {
-        return Err(Error::corrupt("fs record version is unknown"));
+impl Meta {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = vec![INODE_VERSION];
+        w.extend_from_slice(&self.next_ino.to_le_bytes());
+        if !self.orphans.is_empty() {
+            w.extend_from_slice(&(self.orphans.len() as u32).to_le_bytes());
+            for o in &self.orphans {
+                w.extend_from_slice(&o.to_le_bytes());
+            }
+        }
+        w
     }
-    let next = r.u64()?;
-    r.finish()?;
-    Ok(next)
+
+    pub fn decode(b: &Bytes) -> Result<Meta> {
+        let mut r = Reader { b, pos: 0 };
+        if r.u8()? != INODE_VERSION {
+            return Err(Error::corrupt("fs record version is unknown"));
+        }
+        let next_ino = r.u64()?;
+        let mut orphans = Vec::new();
+        if r.pos < b.len() {
+            let n = r.u32()?;
+            for _ in 0..n {
+                orphans.push(r.u64()?);
+            }
+        }
+        r.finish()?;
+        Ok(Meta { next_ino, orphans })
+    }
 }
 
 fn put_bytes16(w: &mut Vec<u8>, b: &[u8]) {
@@ -371,5 +396,13 @@ mod tests {
         let es = vec![DirEntry { name: Bytes::from_static(b"a"), ino: 9, kind: FileKind::File }];
         assert_eq!(decode_entries(&Bytes::from(encode_entries(&es))).unwrap(), es);
         assert_ne!(name_key(b"a"), 0);
+        for m in [Meta { next_ino: 7, orphans: vec![] }, Meta { next_ino: 9, orphans: vec![3, 5] }]
+        {
+            let enc = Bytes::from(m.encode());
+            assert_eq!(Meta::decode(&enc).unwrap(), m);
+            for n in 0..enc.len() {
+                assert_ne!(Meta::decode(&enc.slice(..n)).ok(), Some(m.clone()), "{n}");
+            }
+        }
     }
 }

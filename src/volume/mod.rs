@@ -10,7 +10,11 @@ pub mod block;
 mod blockmap;
 mod deferred;
 pub mod fs;
+pub mod fsops;
+mod fstxn;
 pub mod inode;
+mod rename;
+pub mod xattr;
 mod zeroed;
 
 use crate::error::{Error, Result};

@@ -1,0 +1,137 @@
+//! Conversions between the core's fs types and FUSE's: attributes, file
+//! types, times, and the one place core errors become errnos.
+
+use forkfs::error::Posix;
+use forkfs::volume::inode::{FileKind, Inode, Time};
+use forkfs::{Error, ErrorKind};
+use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub fn errno(e: &Error) -> Errno {
+    let code = match e.posix_condition() {
+        Some(p) => match p {
+            Posix::NoEntry => libc::ENOENT,
+            Posix::Exists => libc::EEXIST,
+            Posix::NotEmpty => libc::ENOTEMPTY,
+            Posix::IsDir => libc::EISDIR,
+            Posix::NotDir => libc::ENOTDIR,
+            Posix::NameTooLong => libc::ENAMETOOLONG,
+            Posix::Invalid => libc::EINVAL,
+            Posix::NotPermitted => libc::EPERM,
+            Posix::NoAttr => libc::ENODATA,
+            Posix::TooBig => libc::E2BIG,
+            Posix::Range => libc::ERANGE,
+            Posix::FileTooBig => libc::EFBIG,
+            Posix::TooManyLinks => libc::EMLINK,
+            Posix::Unsupported => libc::EOPNOTSUPP,
+            Posix::NoSpace => libc::ENOSPC,
+        },
+        None => match e.kind() {
+            ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::ReadOnly => libc::EROFS,
+            ErrorKind::NoSpace => libc::ENOSPC,
+            ErrorKind::InvalidInput => libc::EINVAL,
+            ErrorKind::Conflict => libc::EBUSY,
+            ErrorKind::Corrupt | ErrorKind::Unavailable => {
+                tracing::error!(error = %e, "I/O error");
+                libc::EIO
+            }
+        },
+    };
+    Errno::from_i32(code)
+}
+
+pub fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+/// The kind of a `mode` from mknod/create (S_IFMT bits).
+pub fn kind_of_mode(mode: u32) -> Option<FileKind> {
+    Some(match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => FileKind::File,
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFLNK => FileKind::Symlink,
+        libc::S_IFIFO => FileKind::Fifo,
+        libc::S_IFSOCK => FileKind::Socket,
+        libc::S_IFCHR => FileKind::CharDev,
+        libc::S_IFBLK => FileKind::BlockDev,
+        _ => return None,
+    })
+}
+
+pub fn system_time(t: Time) -> SystemTime {
+    if t.secs >= 0 {
+        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs())
+            + Duration::from_nanos(t.nanos as u64)
+    }
+}
+
+pub fn time_of(t: SystemTime) -> Time {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Time { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+        Err(e) => {
+            let d = e.duration();
+            let (mut secs, mut nanos) = (-(d.as_secs() as i64), d.subsec_nanos());
+            if nanos > 0 {
+                secs -= 1;
+                nanos = 1_000_000_000 - nanos;
+            }
+            Time { secs, nanos }
+        }
+    }
+}
+
+pub fn time_or_now(t: TimeOrNow) -> Time {
+    match t {
+        TimeOrNow::Now => Time::now(),
+        TimeOrNow::SpecificTime(t) => time_of(t),
+    }
+}
+
+/// FUSE attributes of an inode, under FUSE inode number `ino`.
+pub fn attr(i: &Inode, ino: u64, blksize: u32) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: i.size,
+        blocks: i.size.div_ceil(512),
+        atime: system_time(i.atime),
+        mtime: system_time(i.mtime),
+        ctime: system_time(i.ctime),
+        crtime: system_time(i.crtime),
+        kind: file_type(i.kind),
+        perm: i.perm,
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        rdev: i.rdev,
+        blksize,
+        flags: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_both_sides_of_the_epoch() {
+        for t in [
+            Time { secs: 0, nanos: 0 },
+            Time { secs: 1_700_000_000, nanos: 123 },
+            Time { secs: -1, nanos: 5 },
+            Time { secs: -86_400, nanos: 999_999_999 },
+        ] {
+            assert_eq!(time_of(system_time(t)), t);
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! The kernel FUSE requests, answered from a [`Workspace`]. Every request
+//! is one core call; errors become errnos in `convert::errno` only.
+
+use super::convert::{attr, errno, file_type, kind_of_mode, time_or_now};
+use super::workspace::Workspace;
+use forkfs::Error;
+use forkfs::volume::fs::{NewNode, RenameMode, SetAttr};
+use forkfs::volume::inode::{Content, FileKind, Inode};
+use forkfs::volume::xattr::XattrMode;
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How long the kernel may cache attributes and names. This mount is the
+/// volume's only writer, and a restore drops the caches it replaces.
+const TTL: Duration = Duration::from_secs(60);
+
+pub struct Fuse {
+    pub ws: Arc<Workspace>,
+}
+
+/// Answers `reply` with `$ok` applied to the value, or the error's errno.
+macro_rules! answer {
+    ($reply:expr, $result:expr, |$v:pat_param| $ok:expr) => {
+        match $result {
+            Ok($v) => $ok,
+            Err(e) => $reply.error(errno(&e)),
+        }
+    };
+}
+
+impl Fuse {
+    fn attr_of(&self, i: &Inode) -> fuser::FileAttr {
+        attr(i, i.ino, self.ws.block_size)
+    }
+
+    fn entry(&self, parent: u64, name: &OsStr, r: Result<Inode, Error>, reply: ReplyEntry) {
+        answer!(reply, r, |i| {
+            self.ws.remember(parent, name.as_bytes(), i.ino);
+            reply.entry(&TTL, &self.attr_of(&i), Generation(0))
+        })
+    }
+
+    fn make(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Inode, Error> {
+        let head = self.ws.head()?;
+        let dir = self.ws.inode(parent)?;
+        let (uid, gid, perm) =
+            self.ws.owner_in(&dir, req.uid(), req.gid(), kind, (perm & 0o7777) as u16);
+        let node = NewNode { kind, perm, uid, gid, target, rdev };
+        head.make(parent, name.as_bytes(), &node)
+    }
+
+    fn set_attr(&self, ino: u64, a: SetAttr) -> Result<Inode, Error> {
+        self.ws.head()?.set_attr(ino, &a)
+    }
+}
+
+impl Filesystem for Fuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(parent.0, name, self.ws.lookup(parent.0, name.as_bytes()), reply)
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        answer!(reply, self.ws.inode(ino.0), |i| reply.attr(&TTL, &self.attr_of(&i)))
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+        };
+        answer!(reply, self.set_attr(ino.0, a), |i| reply.attr(&TTL, &self.attr_of(&i)))
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        answer!(reply, self.ws.inode(ino.0), |i| match &i.content {
+            Content::Target(t) => reply.data(t),
+            _ => reply.error(Errno::EINVAL),
+        })
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = kind_of_mode(mode) else { return reply.error(Errno::EINVAL) };
+        if kind == FileKind::Dir || kind == FileKind::Symlink {
+            return reply.error(Errno::EINVAL);
+        }
+        let r = self.make(req, parent.0, name, kind, mode, rdev, None);
+        self.entry(parent.0, name, r, reply)
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.make(req, parent.0, name, FileKind::Dir, mode, 0, None);
+        self.entry(parent.0, name, r, reply)
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ws = &self.ws;
+        let r = ws.head().and_then(|h| h.unlink(parent.0, name.as_bytes(), &|i| ws.is_open(i)));
+        answer!(reply, r, |()| reply.ok())
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        answer!(reply, self.ws.head().and_then(|h| h.rmdir(parent.0, name.as_bytes())), |()| reply
+            .ok())
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let t = target.as_os_str().as_bytes();
+        let r = self.make(req, parent.0, link_name, FileKind::Symlink, 0o777, 0, Some(t));
+        self.entry(parent.0, link_name, r, reply)
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            RenameMode::Exchange
+        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            RenameMode::NoReplace
+        } else if flags.is_empty() {
+            RenameMode::Replace
+        } else {
+            return reply.error(Errno::EINVAL);
+        };
+        let ws = &self.ws;
+        let r = ws.head().and_then(|h| {
+            h.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode, &|i| {
+                ws.is_open(i)
+            })
+        });
+        answer!(reply, r, |()| reply.ok())
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.ws.head().and_then(|h| h.link(ino.0, newparent.0, newname.as_bytes()));
+        self.entry(newparent.0, newname, r, reply)
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let writes = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
+        let r = self.ws.inode(ino.0).and_then(|i| {
+            if writes {
+                self.ws.head()?;
+            }
+            match i.kind {
+                FileKind::Dir => Err(Error::posix(forkfs::error::Posix::IsDir, "is a directory")),
+                _ => Ok(i),
+            }
+        });
+        answer!(reply, r, |_| reply
+            .opened(FileHandle(self.ws.open(ino.0)), FopenFlags::FOPEN_KEEP_CACHE))
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.ws.reader();
+        let result = r.inode(ino.0).and_then(|i| {
+            let mut buf = vec![0u8; (size as u64).min(i.size.saturating_sub(offset)) as usize];
+            let n = r.read(&i, offset, &mut buf)?;
+            buf.truncate(n);
+            Ok(buf)
+        });
+        answer!(reply, result, |b| reply.data(&b))
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.ws.head().and_then(|h| h.write_file(ino.0, offset, data));
+        answer!(reply, r, |()| reply.written(data.len() as u32))
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok()
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        answer!(reply, self.ws.release(ino.0), |()| reply.ok())
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        answer!(reply, self.ws.head().and_then(|h| h.sync()), |()| reply.ok())
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        answer!(reply, self.ws.head().and_then(|h| h.sync()), |()| reply.ok())
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        answer!(reply, self.ws.inode(ino.0), |i| match i.kind {
+            FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            _ => reply.error(Errno::ENOTDIR),
+        })
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        // Cookies: 1 ".", 2 "..", then 2 + the entry's name key (stable
+        // whatever else is added or removed meanwhile).
+        let r = self.ws.reader();
+        let dir = match r.inode(ino.0) {
+            Ok(d) => d,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
+            return reply.ok();
+        }
+        if offset < 2 && reply.add(INodeNo(dir.parent), 2, FileType::Directory, "..") {
+            return reply.ok();
+        }
+        let mut after = offset.saturating_sub(2);
+        loop {
+            let (page, next) = match r.list_page(&dir, after, 256) {
+                Ok(p) => p,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            for (key, e) in page {
+                let name = OsStr::from_bytes(&e.name);
+                if reply.add(INodeNo(e.ino), key + 2, file_type(e.kind), name) {
+                    return reply.ok();
+                }
+            }
+            match next {
+                Some(n) => after = n,
+                None => return reply.ok(),
+            }
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let (blocks, bfree, bavail, bsize) = super::statfs_of(self.ws.store.dir());
+        reply.statfs(blocks, bfree, bavail, u64::MAX >> 1, u64::MAX >> 2, bsize, 255, bsize)
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match flags {
+            0 => XattrMode::Set,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let r = self.ws.head().and_then(|h| h.set_xattr(ino.0, name.as_bytes(), value, mode));
+        answer!(reply, r, |()| reply.ok())
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        answer!(reply, self.ws.reader().xattr(ino.0, name.as_bytes()), |v| xattr_reply(
+            reply, size, &v
+        ))
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        answer!(reply, self.ws.reader().xattr_names(ino.0), |names| {
+            let mut all = Vec::new();
+            for n in names {
+                all.extend_from_slice(&n);
+                all.push(0);
+            }
+            xattr_reply(reply, size, &all)
+        })
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.ws.head().and_then(|h| h.remove_xattr(ino.0, name.as_bytes()));
+        answer!(reply, r, |()| reply.ok())
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permission bits are checked by the kernel (default_permissions).
+        answer!(reply, self.ws.inode(ino.0), |_| reply.ok())
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.make(req, parent.0, name, FileKind::File, mode, 0, None);
+        answer!(reply, r, |i| {
+            self.ws.remember(parent.0, name.as_bytes(), i.ino);
+            let fh = self.ws.open(i.ino);
+            reply.created(
+                &TTL,
+                &self.attr_of(&i),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            )
+        })
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        answer!(reply, self.fallocate(ino.0, offset, length, mode), |()| reply.ok())
+    }
+}
+
+impl Fuse {
+    /// fallocate(2): space is never reserved (blocks are content-addressed
+    /// and written at checkpoints), so plain allocation only extends the
+    /// size; punching and zeroing ranges are supported.
+    fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Error> {
+        let head = self.ws.head()?;
+        let end = offset
+            .checked_add(length)
+            .ok_or_else(|| Error::posix(forkfs::error::Posix::FileTooBig, "range overflows"))?;
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let zero = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => false,
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => true,
+            libc::FALLOC_FL_ZERO_RANGE => true,
+            _ => {
+                return Err(Error::posix(
+                    forkfs::error::Posix::Unsupported,
+                    "fallocate mode not supported",
+                ));
+            }
+        };
+        let size = head.fs().inode(ino)?.size;
+        if zero {
+            head.punch_hole(ino, offset, length)?;
+        }
+        if !keep_size && end > size {
+            head.set_attr(ino, &SetAttr { size: Some(end), ..Default::default() })?;
+        }
+        Ok(())
+    }
+}
+
+/// getxattr/listxattr: the size when asked (size 0), ERANGE if it does not fit.
+fn xattr_reply(reply: ReplyXattr, size: u32, v: &[u8]) {
+    if size == 0 {
+        reply.size(v.len() as u32)
+    } else if v.len() > size as usize {
+        reply.error(Errno::ERANGE)
+    } else {
+        reply.data(v)
+    }
+}

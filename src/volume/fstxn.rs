@@ -1,0 +1,183 @@
+//! One change to an fs volume, staged and then written in one RocksDB
+//! batch: inode records, directory entry groups and the volume record are
+//! read once, changed in memory, and land together or not at all.
+//!
+//! Callers hold the head's gate (shared) and its namespace lock, so nothing
+//! else changes the records a transaction read.
+
+use super::Head;
+use super::fs::FsReader;
+use super::inode::{DirEntry, FileKind, Inode, META_KEY, Meta, Time, name_key};
+use crate::error::{Error, Posix, Result};
+use crate::overlay::{Dirty, Space};
+use bytes::Bytes;
+use rocksdb::WriteBatch;
+use std::collections::BTreeMap;
+
+pub(super) struct Txn<'a> {
+    head: &'a Head,
+    pub r: FsReader<'a>,
+    /// Staged inode records; `None` deletes the inode and its content.
+    inodes: BTreeMap<u64, Option<Inode>>,
+    /// Staged entry groups: (directory, name key) -> entries.
+    groups: BTreeMap<(u64, u64), Vec<DirEntry>>,
+    meta: Option<Meta>,
+    pub b: WriteBatch,
+    pub now: Time,
+}
+
+pub(super) fn name_of(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+impl<'a> Txn<'a> {
+    pub fn new(head: &'a Head) -> Txn<'a> {
+        Txn {
+            head,
+            r: head.fs(),
+            inodes: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            meta: None,
+            b: WriteBatch::default(),
+            now: Time::now(),
+        }
+    }
+
+    pub fn inode(&mut self, ino: u64) -> Result<Inode> {
+        match self.inodes.get(&ino) {
+            Some(Some(i)) => Ok(i.clone()),
+            Some(None) => Err(Error::posix(Posix::NoEntry, format!("inode {ino} was removed"))),
+            None => self.r.inode(ino).map_err(|e| match e.kind() {
+                crate::ErrorKind::NotFound => Error::posix(Posix::NoEntry, e.to_string()),
+                _ => e,
+            }),
+        }
+    }
+
+    /// An inode that must be a directory (ENOTDIR otherwise).
+    pub fn dir(&mut self, ino: u64) -> Result<Inode> {
+        let d = self.inode(ino)?;
+        if d.kind != FileKind::Dir {
+            return Err(Error::posix(Posix::NotDir, format!("inode {ino} is not a directory")));
+        }
+        Ok(d)
+    }
+
+    pub fn put(&mut self, inode: Inode) {
+        self.inodes.insert(inode.ino, Some(inode));
+    }
+
+    /// Deletes an inode with its directory entries or file blocks.
+    pub fn delete(&mut self, ino: u64) {
+        self.inodes.insert(ino, None);
+    }
+
+    fn group(&mut self, dir: u64, key: u64) -> Result<&mut Vec<DirEntry>> {
+        if !self.groups.contains_key(&(dir, key)) {
+            let d = self.dir(dir)?;
+            let loaded = self.r.entries_at(&d, key)?;
+            self.groups.insert((dir, key), loaded);
+        }
+        Ok(self.groups.get_mut(&(dir, key)).expect("loaded above"))
+    }
+
+    pub fn find(&mut self, dir: u64, name: &[u8]) -> Result<Option<DirEntry>> {
+        let g = self.group(dir, name_key(name))?;
+        Ok(g.iter().find(|e| e.name == name).cloned())
+    }
+
+    /// The entry `name` in `dir`, or ENOENT.
+    pub fn entry(&mut self, dir: u64, name: &[u8]) -> Result<DirEntry> {
+        self.find(dir, name)?.ok_or_else(|| {
+            Error::posix(Posix::NoEntry, format!("{}: no such file or directory", name_of(name)))
+        })
+    }
+
+    pub fn add_entry(&mut self, dir: u64, name: &[u8], ino: u64, kind: FileKind) -> Result<()> {
+        let e = DirEntry { name: Bytes::copy_from_slice(name), ino, kind };
+        let g = self.group(dir, name_key(name))?;
+        g.retain(|x| x.name != name);
+        g.push(e);
+        Ok(())
+    }
+
+    pub fn remove_entry(&mut self, dir: u64, name: &[u8]) -> Result<()> {
+        self.group(dir, name_key(name))?.retain(|x| x.name != name);
+        Ok(())
+    }
+
+    /// Entries staged in this transaction are not seen here: callers only
+    /// ask about directories whose own entries they do not change.
+    pub fn is_empty_dir(&mut self, dir: &Inode) -> Result<bool> {
+        Ok(self.r.list(dir, 0)?.is_empty())
+    }
+
+    pub fn meta(&mut self) -> Result<&mut Meta> {
+        if self.meta.is_none() {
+            let m = match self.r.view.lookup(Space::Root, 0, META_KEY, self.r.root)? {
+                Some(super::Found::Value(v)) => Meta::decode(&v)?,
+                _ => return Err(Error::corrupt("fs volume has no record")),
+            };
+            self.meta = Some(m);
+        }
+        Ok(self.meta.as_mut().expect("loaded above"))
+    }
+
+    /// Touches a directory whose entries changed (mtime and ctime).
+    pub fn touch_dir(&mut self, dir: u64) -> Result<()> {
+        let mut d = self.dir(dir)?;
+        (d.mtime, d.ctime) = (self.now, self.now);
+        self.put(d);
+        Ok(())
+    }
+
+    /// Drops one link of `inode` (two for a directory: its name and its
+    /// "."). The last link deletes it, unless `open` says a process still
+    /// has it open: then it is kept as an orphan until [`Head::release`].
+    pub fn unlink_inode(&mut self, mut inode: Inode, open: &dyn Fn(u64) -> bool) -> Result<()> {
+        let dir = inode.kind == FileKind::Dir;
+        inode.nlink = inode.nlink.saturating_sub(if dir { 2 } else { 1 });
+        inode.ctime = self.now;
+        if inode.nlink > 0 {
+            self.put(inode);
+        } else if !dir && open(inode.ino) {
+            self.meta()?.orphans.push(inode.ino);
+            self.put(inode);
+        } else {
+            self.delete(inode.ino);
+        }
+        Ok(())
+    }
+
+    pub fn commit(self) -> Result<()> {
+        let mut b = self.b;
+        let o = self.head.overlay();
+        for (ino, i) in &self.inodes {
+            match i {
+                Some(i) => {
+                    o.put(&mut b, Space::Root, 0, *ino, &Dirty::Value(Bytes::from(i.encode())))
+                }
+                None => {
+                    o.put(&mut b, Space::Root, 0, *ino, &Dirty::Delete);
+                    o.clear_group(&mut b, Space::Dir, *ino);
+                    o.clear_group(&mut b, Space::File, *ino);
+                }
+            }
+        }
+        for ((dir, key), entries) in &self.groups {
+            if matches!(self.inodes.get(dir), Some(None)) {
+                continue;
+            }
+            let d = if entries.is_empty() {
+                Dirty::Delete
+            } else {
+                Dirty::Value(Bytes::from(super::inode::encode_entries(entries)))
+            };
+            o.put(&mut b, Space::Dir, *dir, *key, &d);
+        }
+        if let Some(m) = &self.meta {
+            o.put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(Bytes::from(m.encode())));
+        }
+        self.head.store.index().write(b, false)
+    }
+}

@@ -42,10 +42,10 @@ impl Fuse {
         attr(i, i.ino, self.ws.block_size)
     }
 
-    fn entry(&self, parent: u64, name: &OsStr, r: Result<Inode, Error>, reply: ReplyEntry) {
-        answer!(reply, r, |i| {
-            self.ws.remember(parent, name.as_bytes(), i.ino);
-            reply.entry(&TTL, &self.attr_of(&i), Generation(0))
+    fn entry(&self, parent: u64, name: &OsStr, r: Result<(Inode, u64), Error>, reply: ReplyEntry) {
+        answer!(reply, r, |(i, fuse_ino)| {
+            self.ws.remember(parent, name.as_bytes(), fuse_ino);
+            reply.entry(&TTL, &attr(&i, fuse_ino, self.ws.block_size), Generation(0))
         })
     }
 
@@ -58,17 +58,21 @@ impl Fuse {
         perm: u32,
         rdev: u32,
         target: Option<&[u8]>,
-    ) -> Result<Inode, Error> {
+    ) -> Result<(Inode, u64), Error> {
         let head = self.ws.head()?;
+        let parent = self.ws.own(parent)?;
+        reserved(parent, name)?;
         let dir = self.ws.inode(parent)?;
         let (uid, gid, perm) =
             self.ws.owner_in(&dir, req.uid(), req.gid(), kind, (perm & 0o7777) as u16);
         let node = NewNode { kind, perm, uid, gid, target, rdev };
-        head.make(parent, name.as_bytes(), &node)
+        let i = head.make(parent, name.as_bytes(), &node)?;
+        let ino = i.ino;
+        Ok((i, ino))
     }
 
     fn set_attr(&self, ino: u64, a: SetAttr) -> Result<Inode, Error> {
-        self.ws.head()?.set_attr(ino, &a)
+        self.ws.head()?.set_attr(self.ws.own(ino)?, &a)
     }
 }
 
@@ -84,7 +88,8 @@ impl Filesystem for Fuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        answer!(reply, self.ws.inode(ino.0), |i| reply.attr(&TTL, &self.attr_of(&i)))
+        answer!(reply, self.ws.stat(ino.0), |(i, n)| reply
+            .attr(&TTL, &attr(&i, n, self.ws.block_size)))
     }
 
     fn setattr(
@@ -117,7 +122,7 @@ impl Filesystem for Fuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        answer!(reply, self.ws.inode(ino.0), |i| match &i.content {
+        answer!(reply, self.ws.stat(ino.0), |(i, _)| match &i.content {
             Content::Target(t) => reply.data(t),
             _ => reply.error(Errno::EINVAL),
         })
@@ -156,13 +161,18 @@ impl Filesystem for Fuse {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let ws = &self.ws;
-        let r = ws.head().and_then(|h| h.unlink(parent.0, name.as_bytes(), &|i| ws.is_open(i)));
+        let r = ws
+            .head()
+            .and_then(|h| h.unlink(ws.own(parent.0)?, name.as_bytes(), &|i| ws.is_open(i)));
         answer!(reply, r, |()| reply.ok())
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer!(reply, self.ws.head().and_then(|h| h.rmdir(parent.0, name.as_bytes())), |()| reply
-            .ok())
+        answer!(
+            reply,
+            self.ws.head().and_then(|h| h.rmdir(self.ws.own(parent.0)?, name.as_bytes())),
+            |()| reply.ok()
+        )
     }
 
     fn symlink(
@@ -199,9 +209,9 @@ impl Filesystem for Fuse {
         };
         let ws = &self.ws;
         let r = ws.head().and_then(|h| {
-            h.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode, &|i| {
-                ws.is_open(i)
-            })
+            let (from, to) = (ws.own(parent.0)?, ws.own(newparent.0)?);
+            reserved(to, newname)?;
+            h.rename(from, name.as_bytes(), to, newname.as_bytes(), mode, &|i| ws.is_open(i))
         });
         answer!(reply, r, |()| reply.ok())
     }
@@ -214,15 +224,23 @@ impl Filesystem for Fuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.ws.head().and_then(|h| h.link(ino.0, newparent.0, newname.as_bytes()));
+        let ws = &self.ws;
+        let r = ws.head().and_then(|h| {
+            let dir = ws.own(newparent.0)?;
+            reserved(dir, newname)?;
+            let i = h.link(ws.own(ino.0)?, dir, newname.as_bytes())?;
+            let n = i.ino;
+            Ok((i, n))
+        });
         self.entry(newparent.0, newname, r, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let writes = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
-        let r = self.ws.inode(ino.0).and_then(|i| {
+        let r = self.ws.stat(ino.0).and_then(|(i, _)| {
             if writes {
                 self.ws.head()?;
+                self.ws.own(ino.0)?;
             }
             match i.kind {
                 FileKind::Dir => Err(Error::posix(forkfs::error::Posix::IsDir, "is a directory")),
@@ -244,14 +262,7 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let r = self.ws.reader();
-        let result = r.inode(ino.0).and_then(|i| {
-            let mut buf = vec![0u8; (size as u64).min(i.size.saturating_sub(offset)) as usize];
-            let n = r.read(&i, offset, &mut buf)?;
-            buf.truncate(n);
-            Ok(buf)
-        });
-        answer!(reply, result, |b| reply.data(&b))
+        answer!(reply, self.ws.read(ino.0, offset, size), |b| reply.data(&b))
     }
 
     fn write(
@@ -266,7 +277,7 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.ws.head().and_then(|h| h.write_file(ino.0, offset, data));
+        let r = self.ws.head().and_then(|h| h.write_file(self.ws.own(ino.0)?, offset, data));
         answer!(reply, r, |()| reply.written(data.len() as u32))
     }
 
@@ -317,7 +328,7 @@ impl Filesystem for Fuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.ws.inode(ino.0), |i| match i.kind {
+        answer!(reply, self.ws.stat(ino.0), |(i, _)| match i.kind {
             FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
             _ => reply.error(Errno::ENOTDIR),
         })
@@ -333,9 +344,8 @@ impl Filesystem for Fuse {
     ) {
         // Cookies: 1 ".", 2 "..", then 2 + the entry's name key (stable
         // whatever else is added or removed meanwhile).
-        let r = self.ws.reader();
-        let dir = match r.inode(ino.0) {
-            Ok(d) => d,
+        let dir = match self.ws.stat(ino.0) {
+            Ok((d, _)) => d,
             Err(e) => return reply.error(errno(&e)),
         };
         if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
@@ -346,13 +356,12 @@ impl Filesystem for Fuse {
         }
         let mut after = offset.saturating_sub(2);
         loop {
-            let (page, next) = match r.list_page(&dir, after, 256) {
+            let (page, next) = match self.ws.list(ino.0, after) {
                 Ok(p) => p,
                 Err(e) => return reply.error(errno(&e)),
             };
-            for (key, e) in page {
-                let name = OsStr::from_bytes(&e.name);
-                if reply.add(INodeNo(e.ino), key + 2, file_type(e.kind), name) {
+            for (key, child, kind, name) in page {
+                if reply.add(INodeNo(child), key + 2, file_type(kind), OsStr::from_bytes(&name)) {
                     return reply.ok();
                 }
             }
@@ -384,18 +393,19 @@ impl Filesystem for Fuse {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        let r = self.ws.head().and_then(|h| h.set_xattr(ino.0, name.as_bytes(), value, mode));
+        let r = self
+            .ws
+            .head()
+            .and_then(|h| h.set_xattr(self.ws.own(ino.0)?, name.as_bytes(), value, mode));
         answer!(reply, r, |()| reply.ok())
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        answer!(reply, self.ws.reader().xattr(ino.0, name.as_bytes()), |v| xattr_reply(
-            reply, size, &v
-        ))
+        answer!(reply, self.ws.xattr(ino.0, name.as_bytes()), |v| xattr_reply(reply, size, &v))
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        answer!(reply, self.ws.reader().xattr_names(ino.0), |names| {
+        answer!(reply, self.ws.xattr_names(ino.0), |names| {
             let mut all = Vec::new();
             for n in names {
                 all.extend_from_slice(&n);
@@ -406,13 +416,13 @@ impl Filesystem for Fuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.ws.head().and_then(|h| h.remove_xattr(ino.0, name.as_bytes()));
+        let r = self.ws.head().and_then(|h| h.remove_xattr(self.ws.own(ino.0)?, name.as_bytes()));
         answer!(reply, r, |()| reply.ok())
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission bits are checked by the kernel (default_permissions).
-        answer!(reply, self.ws.inode(ino.0), |_| reply.ok())
+        answer!(reply, self.ws.stat(ino.0), |_| reply.ok())
     }
 
     fn create(
@@ -426,7 +436,7 @@ impl Filesystem for Fuse {
         reply: ReplyCreate,
     ) {
         let r = self.make(req, parent.0, name, FileKind::File, mode, 0, None);
-        answer!(reply, r, |i| {
+        answer!(reply, r, |(i, _)| {
             self.ws.remember(parent.0, name.as_bytes(), i.ino);
             let fh = self.ws.open(i.ino);
             reply.created(
@@ -459,6 +469,7 @@ impl Fuse {
     /// size; punching and zeroing ranges are supported.
     fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Error> {
         let head = self.ws.head()?;
+        let ino = self.ws.own(ino)?;
         let end = offset
             .checked_add(length)
             .ok_or_else(|| Error::posix(forkfs::error::Posix::FileTooBig, "range overflows"))?;
@@ -483,6 +494,15 @@ impl Fuse {
         }
         Ok(())
     }
+}
+
+/// `.forkfs` in the root is the history; nothing else may take its name.
+fn reserved(dir: u64, name: &OsStr) -> Result<(), Error> {
+    if dir == forkfs::volume::inode::ROOT_INO && name.as_bytes() == super::history::NAME {
+        let why = ".forkfs is reserved for the version history";
+        return Err(Error::posix(forkfs::error::Posix::NotPermitted, why));
+    }
+    Ok(())
 }
 
 /// getxattr/listxattr: the size when asked (size 0), ERANGE if it does not fit.

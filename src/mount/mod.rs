@@ -5,6 +5,7 @@
 
 mod convert;
 mod fuse;
+mod history;
 mod record;
 mod workspace;
 
@@ -93,7 +94,7 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
             Source::Live(head)
         }
     };
-    let ws = Arc::new(Workspace::new(store.clone(), source, a.read_only));
+    let ws = Arc::new(Workspace::new(store.clone(), source, vol_name.clone(), a.read_only));
     let _control = forkfs::control::serve(store.clone())?;
     let mut session =
         fuser::Session::new(fuse::Fuse { ws: ws.clone() }, &dir, &config(a, &vol_name))

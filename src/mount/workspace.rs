@@ -2,8 +2,9 @@
 //! open handles (for files unlinked while open), and the names the kernel
 //! may have cached (dropped after a restore).
 
+use super::history::{self, CTL_DIR, Place, Slots, VERSIONS_DIR};
 use forkfs::volume::fs::{FsReader, reader_for_version};
-use forkfs::volume::inode::{FileKind, Inode};
+use forkfs::volume::inode::{FileKind, Inode, ROOT_INO};
 use forkfs::{Error, Head, Store, VersionRecord};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -18,6 +19,9 @@ pub enum Source {
 pub struct Workspace {
     pub store: Store,
     pub source: Source,
+    /// The volume shown (for `.forkfs/versions`).
+    pub volume: String,
+    slots: Slots,
     pub block_size: u32,
     read_only: bool,
     /// Open file handles per inode.
@@ -34,7 +38,7 @@ struct Known {
 }
 
 impl Workspace {
-    pub fn new(store: Store, source: Source, read_only: bool) -> Workspace {
+    pub fn new(store: Store, source: Source, volume: String, read_only: bool) -> Workspace {
         let block_size = match &source {
             Source::Live(h) => h.record().block_size,
             Source::Version(v) => v.block_size,
@@ -42,6 +46,8 @@ impl Workspace {
         Workspace {
             store,
             source,
+            volume,
+            slots: Slots::default(),
             block_size,
             read_only,
             opens: Mutex::new(HashMap::new()),
@@ -65,17 +71,109 @@ impl Workspace {
         }
     }
 
+    /// The mounted tree's own inode behind a FUSE inode number; EROFS
+    /// for the read-only history under `.forkfs`.
+    pub fn own(&self, fuse_ino: u64) -> Result<u64, Error> {
+        match self.slots.place(fuse_ino)? {
+            Place::Own(i) => Ok(i),
+            _ => Err(Error::read_only("versions under .forkfs are read-only")),
+        }
+    }
+
+    /// The mounted tree's own inode (changes go through [`Workspace::own`]).
     pub fn inode(&self, ino: u64) -> Result<Inode, Error> {
         self.reader().inode(ino)
     }
 
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Inode, Error> {
-        let r = self.reader();
-        let dir = r.inode(parent)?;
-        let e = r.lookup(&dir, name)?.ok_or_else(|| {
-            Error::posix(forkfs::error::Posix::NoEntry, "no such file or directory")
-        })?;
-        r.inode(e.ino)
+    /// A reader for the tree behind `fuse_ino`, the inode there, and the
+    /// bits its FUSE inode numbers carry.
+    fn at(&self, fuse_ino: u64) -> Result<Option<(FsReader<'_>, u64, u64)>, Error> {
+        Ok(match self.slots.place(fuse_ino)? {
+            Place::Own(i) => Some((self.reader(), i, 0)),
+            Place::Virtual(_) => None,
+            Place::Version { version, ino, base } => {
+                Some((reader_for_version(&self.store, version.root, version.block_size), ino, base))
+            }
+        })
+    }
+
+    /// An inode anywhere in the mount, with its FUSE inode number.
+    pub fn stat(&self, fuse_ino: u64) -> Result<(Inode, u64), Error> {
+        match self.at(fuse_ino)? {
+            Some((r, ino, base)) => Ok((r.inode(ino)?, base | ino)),
+            None => Ok((history::virtual_dir(fuse_ino), fuse_ino)),
+        }
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(Inode, u64), Error> {
+        let enoent = || Error::posix(forkfs::error::Posix::NoEntry, "no such file or directory");
+        match (self.slots.place(parent)?, name) {
+            (Place::Own(ROOT_INO), history::NAME) => return self.stat(CTL_DIR),
+            (Place::Virtual(CTL_DIR), b"versions") => return self.stat(VERSIONS_DIR),
+            (Place::Virtual(VERSIONS_DIR), _) => {
+                let v = history::resolve(&self.store, &self.volume, name)?;
+                return self.stat(self.slots.root_of(v)?);
+            }
+            (Place::Virtual(_), _) => return Err(enoent()),
+            _ => {}
+        }
+        let (r, ino, base) = self.at(parent)?.ok_or_else(enoent)?;
+        let dir = r.inode(ino)?;
+        let e = r.lookup(&dir, name)?.ok_or_else(enoent)?;
+        Ok((r.inode(e.ino)?, base | e.ino))
+    }
+
+    /// Reads file bytes anywhere in the mount.
+    pub fn read(&self, fuse_ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Error> {
+        let (r, ino, _) = self
+            .at(fuse_ino)?
+            .ok_or_else(|| Error::posix(forkfs::error::Posix::IsDir, "is a directory"))?;
+        let i = r.inode(ino)?;
+        let mut buf = vec![0u8; (size as u64).min(i.size.saturating_sub(offset)) as usize];
+        let n = r.read(&i, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// One page of a directory: (cookie key, FUSE inode, kind, name), and
+    /// the key to continue after.
+    pub fn list(
+        &self,
+        fuse_ino: u64,
+        after: u64,
+    ) -> Result<(Vec<(u64, u64, FileKind, Vec<u8>)>, Option<u64>), Error> {
+        let Some((r, ino, base)) = self.at(fuse_ino)? else {
+            let names: Vec<(u64, FileKind, Vec<u8>)> = match fuse_ino {
+                CTL_DIR => vec![(VERSIONS_DIR, FileKind::Dir, b"versions".to_vec())],
+                _ => history::version_names(&self.store, &self.volume)?
+                    .into_iter()
+                    .map(|n| (VERSIONS_DIR, FileKind::Dir, n.into_bytes()))
+                    .collect(),
+            };
+            let page =
+                names.into_iter().enumerate().map(|(i, (ino, k, n))| (i as u64 + 1, ino, k, n));
+            return Ok((page.filter(|(k, ..)| *k > after).collect(), None));
+        };
+        let dir = r.inode(ino)?;
+        let (page, next) = r.list_page(&dir, after, 256)?;
+        Ok((
+            page.into_iter().map(|(k, e)| (k, base | e.ino, e.kind, e.name.to_vec())).collect(),
+            next,
+        ))
+    }
+
+    pub fn xattr(&self, fuse_ino: u64, name: &[u8]) -> Result<bytes::Bytes, Error> {
+        match self.at(fuse_ino)? {
+            Some((r, ino, _)) => r.xattr(ino, name),
+            None => Err(Error::posix(forkfs::error::Posix::NoAttr, "no attribute")),
+        }
+    }
+
+    pub fn xattr_names(&self, fuse_ino: u64) -> Result<Vec<bytes::Bytes>, Error> {
+        match self.at(fuse_ino)? {
+            Some((r, ino, _)) => r.xattr_names(ino),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Records that the kernel now knows `name` in `parent` as `ino`.

@@ -6,6 +6,7 @@ mod fork;
 mod init;
 mod log;
 mod output;
+mod run;
 mod snapshot;
 mod status;
 mod volume;
@@ -91,6 +92,8 @@ enum Command {
     Status(status::Args),
     /// Mount an fs volume (or a version, read-only) through FUSE
     Mount(crate::mount::Args),
+    /// Run a command between two versions of a volume (one reversible step)
+    Run(run::Args),
     /// Unmount a mounted volume and wait for its process to finish
     Umount(crate::mount::UmountArgs),
     /// Serve volumes over NBD (runs forkfs-nbd)
@@ -128,6 +131,10 @@ pub fn run() -> i32 {
         Command::Status(a) => status::run(&g, a),
         Command::Mount(a) => crate::mount::mount(&g, a),
         Command::Umount(a) => crate::mount::umount(&g, a),
+        Command::Run(a) => match run::run(&g, a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::External(args) => return external(&g, args),
         Command::Debug(c) => debug::run(&g, c),
     };

@@ -114,6 +114,11 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
     if report {
         println!("ready {}", std::process::id());
         let _ = std::io::stdout().flush();
+        // The parent stops reading now: nothing more goes to that pipe.
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            use std::os::fd::AsRawFd;
+            unsafe { libc::dup2(null.as_raw_fd(), 1) };
+        }
     } else {
         eprintln!(
             "forkfs: {} mounted on {} (forkfs umount {} to stop)",

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod mount;
 pub mod s3;
 
 use std::path::{Path, PathBuf};

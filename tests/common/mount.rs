@@ -1,0 +1,248 @@
+//! Kernel FUSE mounts for the mount tests: a store in its own tempdir, a
+//! volume mounted with `forkfs mount --daemon` on its own mount point, and
+//! a guard that always unmounts. Plus the small libc wrappers the tests
+//! share.
+#![allow(dead_code)]
+
+use super::{forkfs, ok};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A fresh, initialised store: (its tempdir, the store directory).
+pub fn new_store() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().expect("tempdir");
+    let s = d.path().join("store");
+    ok(&s, &["init"]);
+    (d, s)
+}
+
+/// A volume mounted through the kernel; dropping it unmounts.
+pub struct Mounted {
+    store: PathBuf,
+    vol: String,
+    pid: u32,
+    log: PathBuf,
+    // Declared last: removed after the unmount in `drop`.
+    dir: tempfile::TempDir,
+}
+
+impl Mounted {
+    /// Creates fs volume `vol` unless it exists, and mounts it (`--daemon`
+    /// plus `extra` arguments) on a new, empty directory.
+    pub fn new(store: &Path, vol: &str, extra: &[&str]) -> Mounted {
+        let name = vol.split('@').next().expect("a volume name");
+        let vols = super::json(store, &["volume", "list"]);
+        let vols = vols.as_array().expect("volume list is an array");
+        let exists = vols.iter().any(|v| v["name"].as_str() == Some(name));
+        if !exists {
+            ok(store, &["volume", "create", name]);
+        }
+        let dir = tempfile::Builder::new().prefix("forkfs-mnt-").tempdir().expect("mount dir");
+        let path = dir.path().to_str().expect("utf-8 path").to_string();
+        let mut args = vec!["mount", vol, &path, "--daemon"];
+        args.extend_from_slice(extra);
+        let out = ok(store, &args);
+        let pid = mount_pid(&out);
+        let log = out.trim_end().rsplit_once("; log ").expect("log path in mount output").1;
+        let log = PathBuf::from(log.trim_end_matches(')'));
+        assert!(is_fuse_mount(dir.path()), "{} is not a FUSE mount after: {out}", path);
+        Mounted { store: store.to_path_buf(), vol: vol.to_string(), pid, log, dir }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn store(&self) -> &Path {
+        &self.store
+    }
+
+    pub fn vol(&self) -> &str {
+        &self.vol
+    }
+
+    /// The mount process's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `dir()/rel`.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Unmounts now (as `forkfs umount` does), reporting failure.
+    pub fn unmount(self) {
+        let out = forkfs(&self.store, &["umount", self.dir.path().to_str().expect("utf-8")]);
+        assert!(
+            out.status.success(),
+            "forkfs umount failed: {}\nlog:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        assert!(!super::mount::is_fuse_mount(self.dir.path()), "still mounted after umount");
+        // Drop runs again: a second umount fails harmlessly.
+    }
+
+    /// SIGKILLs the mount process and detaches its dead mount.
+    pub fn kill(&self) {
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        wait_gone(self.pid);
+        lazy_unmount(self.dir.path());
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- mount log tail ({}) ---", self.log.display());
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+        if is_fuse_mount(self.dir.path()) {
+            let out = forkfs(&self.store, &["umount", self.dir.path().to_str().unwrap_or("")]);
+            if !out.status.success() {
+                lazy_unmount(self.dir.path());
+            }
+        }
+        wait_gone(self.pid);
+    }
+}
+
+/// The pid in `VOL mounted on DIR (pid N; log PATH)`.
+pub fn mount_pid(out: &str) -> u32 {
+    let rest = out.split("(pid ").nth(1).unwrap_or_else(|| panic!("no pid in {out:?}"));
+    rest.split(';').next().unwrap().trim().parse().unwrap_or_else(|_| panic!("pid in {out:?}"))
+}
+
+/// Whether `dir` is itself a FUSE mount point (per /proc/self/mountinfo).
+pub fn is_fuse_mount(dir: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let want = dir.to_str().expect("utf-8");
+    info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let fstype = l.split(" - ").nth(1).and_then(|r| r.split(' ').next()).unwrap_or("");
+        f.get(4) == Some(&want) && fstype.starts_with("fuse")
+    })
+}
+
+/// `umount -l DIR`, falling back to `fusermount3 -uz DIR`.
+pub fn lazy_unmount(dir: &Path) {
+    let ok = Command::new("umount").arg("-l").arg(dir).status().is_ok_and(|s| s.success());
+    if !ok {
+        let _ = Command::new("fusermount3").arg("-uz").arg(dir).status();
+    }
+}
+
+/// Waits (up to 60 s) for process `pid` to exit.
+pub fn wait_gone(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        if stat.is_empty() || state.starts_with('Z') || state.starts_with('X') {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("process {pid} still running after 60 s");
+}
+
+/// Fails the test (instead of skipping) when `tool` is not installed.
+pub fn require_tool(tool: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(found, "this test needs `{tool}` on PATH; install it (scripts/test does)");
+}
+
+/// Runs a command, asserting success; returns stdout.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?} did not start: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("no NUL in path")
+}
+
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The syscall's result: Ok(return value) or Err(errno).
+pub fn check(r: i64) -> Result<i64, i32> {
+    if r < 0 { Err(errno()) } else { Ok(r) }
+}
+
+/// lstat(2) of `p`.
+pub fn lstat(p: &Path) -> libc::stat {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::lstat(cpath(p).as_ptr(), &mut st) };
+    assert_eq!(r, 0, "lstat {}: {}", p.display(), std::io::Error::last_os_error());
+    st
+}
+
+/// renameat2(2) with `flags` (RENAME_NOREPLACE, RENAME_EXCHANGE).
+pub fn renameat2(from: &Path, to: &Path, flags: u32) -> Result<i64, i32> {
+    let (a, b) = (cpath(from), cpath(to));
+    check(unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) }
+        as i64)
+}
+
+pub fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> Result<i64, i32> {
+    let n = CString::new(name).unwrap();
+    let r = unsafe {
+        libc::setxattr(cpath(p).as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags)
+    };
+    check(r as i64)
+}
+
+/// getxattr(2) into a buffer of `size` bytes: Ok(the value) or Err(errno).
+pub fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; size];
+    let r = unsafe {
+        libc::getxattr(cpath(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    check(r as i64).map(|len| {
+        buf.truncate(if size == 0 { 0 } else { len as usize });
+        if size == 0 { len.to_le_bytes().to_vec() } else { buf }
+    })
+}
+
+/// listxattr(2) with a buffer of `size` bytes: the names, or Err(errno).
+pub fn listxattr(p: &Path, size: usize) -> Result<Vec<String>, i32> {
+    let mut buf = vec![0u8; size];
+    let r = unsafe { libc::listxattr(cpath(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let len = check(r as i64)? as usize;
+    buf.truncate(len);
+    Ok(buf
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect())
+}
+
+pub fn removexattr(p: &Path, name: &str) -> Result<i64, i32> {
+    let n = CString::new(name).unwrap();
+    check(unsafe { libc::removexattr(cpath(p).as_ptr(), n.as_ptr()) } as i64)
+}

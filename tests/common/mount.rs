@@ -246,3 +246,10 @@ pub fn removexattr(p: &Path, name: &str) -> Result<i64, i32> {
     let n = CString::new(name).unwrap();
     check(unsafe { libc::removexattr(cpath(p).as_ptr(), n.as_ptr()) } as i64)
 }
+
+/// statfs(2)'s f_type of the filesystem holding `p` (0xEF53: ext4).
+pub fn statfs_type(p: &Path) -> i64 {
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(cpath(p).as_ptr(), &mut s) }, 0, "statfs {}", p.display());
+    s.f_type as i64
+}

@@ -8,8 +8,7 @@
 mod common;
 
 use common::mount::{
-    Mounted, check, cpath, errno, getxattr, listxattr, new_store, removexattr, renameat2,
-    setxattr,
+    Mounted, check, cpath, errno, getxattr, listxattr, new_store, removexattr, renameat2, setxattr,
 };
 use libc::c_int;
 use std::path::{Path, PathBuf};
@@ -98,7 +97,12 @@ const RO: c_int = libc::O_RDONLY;
 const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY;
 
 fn cases() -> Vec<Case> {
-    use libc::*;
+    use libc::{
+        AT_FDCWD, E2BIG, EBADF, EEXIST, EFBIG, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENODATA,
+        ENOENT, ENOTDIR, ENOTEMPTY, EOPNOTSUPP, EPERM, ERANGE, FALLOC_FL_PUNCH_HOLE, O_DIRECTORY,
+        O_EXCL, O_NOFOLLOW, O_RDWR, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE, S_IFIFO,
+        XATTR_CREATE, XATTR_REPLACE,
+    };
     vec![
         ("open missing file", ENOENT, |d| open(&d.join("missing"), RO)),
         ("create under missing dir", ENOENT, |d| open(&d.join("nodir/x"), CREAT)),
@@ -111,7 +115,7 @@ fn cases() -> Vec<Case> {
         ("link onto existing", EEXIST, |d| link(&file(d, "a"), &file(d, "b"))),
         ("symlink onto existing", EEXIST, |d| symlink("x", &file(d, "a"))),
         ("mkfifo onto existing", EEXIST, |d| {
-            check(unsafe { mknod(cpath(&file(d, "a")).as_ptr(), S_IFIFO | 0o644, 0) } as i64)
+            check(unsafe { libc::mknod(cpath(&file(d, "a")).as_ptr(), S_IFIFO | 0o644, 0) } as i64)
         }),
         ("O_CREAT|O_EXCL existing", EEXIST, |d| open(&file(d, "a"), CREAT | O_EXCL)),
         ("O_CREAT|O_EXCL dangling symlink", EEXIST, |d| {
@@ -126,13 +130,15 @@ fn cases() -> Vec<Case> {
             file(&dir(d, "b"), "f");
             rename(&dir(d, "a"), &d.join("b"))
         }),
-        ("rename dir onto its parent", ENOTEMPTY, |d| rename(&dir(&dir(d, "a"), "b"), &d.join("a"))),
+        ("rename dir onto its parent", ENOTEMPTY, |d| {
+            rename(&dir(&dir(d, "a"), "b"), &d.join("a"))
+        }),
         ("rmdir ..", ENOTEMPTY, |d| rmdir(&dir(d, "a").join(".."))),
         ("unlink dir", EISDIR, |d| unlink(&dir(d, "a"))),
         ("open dir O_WRONLY", EISDIR, |d| open(&dir(d, "a"), O_WRONLY)),
         ("open dir O_RDWR", EISDIR, |d| open(&dir(d, "a"), O_RDWR)),
         ("truncate dir", EISDIR, |d| {
-            check(unsafe { truncate(cpath(&dir(d, "a")).as_ptr(), 0) } as i64)
+            check(unsafe { libc::truncate(cpath(&dir(d, "a")).as_ptr(), 0) } as i64)
         }),
         ("rename file onto dir", EISDIR, |d| rename(&file(d, "a"), &dir(d, "b"))),
         ("rmdir file", ENOTDIR, |d| rmdir(&file(d, "a"))),
@@ -159,10 +165,10 @@ fn cases() -> Vec<Case> {
             unlink(&d.join("a")).unwrap();
             let proc = cpath(Path::new(&format!("/proc/self/fd/{fd}")));
             let r = unsafe {
-                linkat(AT_FDCWD, proc.as_ptr(), AT_FDCWD, cpath(&d.join("b")).as_ptr(), 0x400)
+                libc::linkat(AT_FDCWD, proc.as_ptr(), AT_FDCWD, cpath(&d.join("b")).as_ptr(), 0x400)
             };
             let r = check(r as i64);
-            unsafe { close(fd) };
+            unsafe { libc::close(fd) };
             r
         }),
         ("getxattr missing", ENODATA, |d| xlen(getxattr(&file(d, "a"), "user.x", 64))),
@@ -201,7 +207,13 @@ fn cases() -> Vec<Case> {
             symlink("x", &d.join("l")).unwrap();
             let n = std::ffi::CString::new("user.x").unwrap();
             let r = unsafe {
-                lsetxattr(cpath(&d.join("l")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0)
+                libc::lsetxattr(
+                    cpath(&d.join("l")).as_ptr(),
+                    n.as_ptr(),
+                    b"v".as_ptr().cast(),
+                    1,
+                    0,
+                )
             };
             check(r as i64)
         }),
@@ -209,12 +221,12 @@ fn cases() -> Vec<Case> {
             let fd = fd_of(&file(d, "a"), O_RDWR);
             unlink(&d.join("a")).unwrap();
             let n = std::ffi::CString::new("user.x").unwrap();
-            let r = unsafe { fsetxattr(fd, n.as_ptr(), b"abc".as_ptr().cast(), 3, 0) };
+            let r = unsafe { libc::fsetxattr(fd, n.as_ptr(), b"abc".as_ptr().cast(), 3, 0) };
             let r = check(r as i64).and_then(|_| {
                 let mut b = [0u8; 16];
-                check(unsafe { fgetxattr(fd, n.as_ptr(), b.as_mut_ptr().cast(), 16) } as i64)
+                check(unsafe { libc::fgetxattr(fd, n.as_ptr(), b.as_mut_ptr().cast(), 16) } as i64)
             });
-            unsafe { close(fd) };
+            unsafe { libc::close(fd) };
             r
         }),
         ("renameat2 NOREPLACE onto existing", EEXIST, |d| {
@@ -242,43 +254,45 @@ fn cases() -> Vec<Case> {
         }),
         ("readlink a regular file", EINVAL, |d| {
             let mut b = [0u8; 64];
-            check(unsafe { readlink(cpath(&file(d, "a")).as_ptr(), b.as_mut_ptr().cast(), 64) })
+            check(unsafe {
+                libc::readlink(cpath(&file(d, "a")).as_ptr(), b.as_mut_ptr().cast(), 64)
+            } as i64)
         }),
         ("ftruncate read-only fd", EINVAL, |d| {
             let fd = fd_of(&file(d, "a"), RO);
-            let r = check(unsafe { ftruncate(fd, 0) } as i64);
-            unsafe { close(fd) };
+            let r = check(unsafe { libc::ftruncate(fd, 0) } as i64);
+            unsafe { libc::close(fd) };
             r
         }),
         ("write read-only fd", EBADF, |d| {
             let fd = fd_of(&file(d, "a"), RO);
-            let r = check(unsafe { write(fd, b"x".as_ptr().cast(), 1) } as i64);
-            unsafe { close(fd) };
+            let r = check(unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) } as i64);
+            unsafe { libc::close(fd) };
             r
         }),
         ("pwrite beyond the largest file", EFBIG, |d| {
             let fd = fd_of(&file(d, "a"), O_RDWR);
-            let r = check(unsafe { pwrite(fd, b"x".as_ptr().cast(), 1, 1 << 61) } as i64);
-            unsafe { close(fd) };
+            let r = check(unsafe { libc::pwrite(fd, b"x".as_ptr().cast(), 1, 1 << 61) } as i64);
+            unsafe { libc::close(fd) };
             r
         }),
         ("ftruncate beyond the largest file", EFBIG, |d| {
             let fd = fd_of(&file(d, "a"), O_RDWR);
-            let r = check(unsafe { ftruncate(fd, 1 << 61) } as i64);
-            unsafe { close(fd) };
+            let r = check(unsafe { libc::ftruncate(fd, 1 << 61) } as i64);
+            unsafe { libc::close(fd) };
             r
         }),
         ("punch hole without KEEP_SIZE", EOPNOTSUPP, |d| {
             let fd = fd_of(&file(d, "a"), O_RDWR);
-            let r = check(unsafe { fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 4) } as i64);
-            unsafe { close(fd) };
+            let r = check(unsafe { libc::fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 4) } as i64);
+            unsafe { libc::close(fd) };
             r
         }),
         ("mkdir in a removed directory", ENOENT, |d| {
             let fd = fd_of(&dir(d, "a"), RO | O_DIRECTORY);
             rmdir(&d.join("a")).unwrap();
-            let r = check(unsafe { mkdirat(fd, c"x".as_ptr(), 0o755) } as i64);
-            unsafe { close(fd) };
+            let r = check(unsafe { libc::mkdirat(fd, c"x".as_ptr(), 0o755) } as i64);
+            unsafe { libc::close(fd) };
             r
         }),
         // Successes whose returned state must match too.
@@ -305,15 +319,15 @@ fn cases() -> Vec<Case> {
             let fd = fd_of(&file(d, "a"), O_RDWR);
             unlink(&d.join("a")).unwrap();
             let n = fstat(fd).st_nlink as i64;
-            unsafe { close(fd) };
+            unsafe { libc::close(fd) };
             Ok(n)
         }),
         ("ftruncate an unlinked open file: size", 0, |d| {
             let fd = fd_of(&file(d, "a"), O_RDWR);
             unlink(&d.join("a")).unwrap();
-            check(unsafe { ftruncate(fd, 100_000) } as i64).unwrap();
+            check(unsafe { libc::ftruncate(fd, 100_000) } as i64).unwrap();
             let n = fstat(fd).st_size;
-            unsafe { close(fd) };
+            unsafe { libc::close(fd) };
             Ok(n)
         }),
     ]

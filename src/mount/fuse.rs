@@ -49,23 +49,22 @@ impl Fuse {
         })
     }
 
+    /// Creates `name` as `node` (mode bits from `mode`; owner from the
+    /// request and the directory).
     fn make(
         &self,
         req: &Request,
-        parent: u64,
-        name: &OsStr,
-        kind: FileKind,
-        perm: u32,
-        rdev: u32,
-        target: Option<&[u8]>,
+        (parent, name): (u64, &OsStr),
+        mode: u32,
+        mut node: NewNode<'_>,
     ) -> Result<(Inode, u64), Error> {
         let head = self.ws.head()?;
         let parent = self.ws.own(parent)?;
         reserved(parent, name)?;
         let dir = self.ws.inode(parent)?;
-        let (uid, gid, perm) =
-            self.ws.owner_in(&dir, req.uid(), req.gid(), kind, (perm & 0o7777) as u16);
-        let node = NewNode { kind, perm, uid, gid, target, rdev };
+        let perm = (mode & 0o7777) as u16;
+        (node.uid, node.gid, node.perm) =
+            self.ws.owner_in(&dir, req.uid(), req.gid(), node.kind, perm);
         let i = head.make(parent, name.as_bytes(), &node)?;
         let ino = i.ino;
         Ok((i, ino))
@@ -142,7 +141,7 @@ impl Filesystem for Fuse {
         if kind == FileKind::Dir || kind == FileKind::Symlink {
             return reply.error(Errno::EINVAL);
         }
-        let r = self.make(req, parent.0, name, kind, mode, rdev, None);
+        let r = self.make(req, (parent.0, name), mode, node(kind, rdev, None));
         self.entry(parent.0, name, r, reply)
     }
 
@@ -155,7 +154,7 @@ impl Filesystem for Fuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.make(req, parent.0, name, FileKind::Dir, mode, 0, None);
+        let r = self.make(req, (parent.0, name), mode, node(FileKind::Dir, 0, None));
         self.entry(parent.0, name, r, reply)
     }
 
@@ -184,7 +183,7 @@ impl Filesystem for Fuse {
         reply: ReplyEntry,
     ) {
         let t = target.as_os_str().as_bytes();
-        let r = self.make(req, parent.0, link_name, FileKind::Symlink, 0o777, 0, Some(t));
+        let r = self.make(req, (parent.0, link_name), 0o777, node(FileKind::Symlink, 0, Some(t)));
         self.entry(parent.0, link_name, r, reply)
     }
 
@@ -435,7 +434,7 @@ impl Filesystem for Fuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.make(req, parent.0, name, FileKind::File, mode, 0, None);
+        let r = self.make(req, (parent.0, name), mode, node(FileKind::File, 0, None));
         answer!(reply, r, |(i, _)| {
             self.ws.remember(parent.0, name.as_bytes(), i.ino);
             let fh = self.ws.open(i.ino);
@@ -494,6 +493,10 @@ impl Fuse {
         }
         Ok(())
     }
+}
+
+fn node(kind: FileKind, rdev: u32, target: Option<&[u8]>) -> NewNode<'_> {
+    NewNode { kind, perm: 0, uid: 0, gid: 0, target, rdev }
 }
 
 /// `.forkfs` in the root is the history; nothing else may take its name.

@@ -11,6 +11,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// A page of a directory: (cookie key, FUSE inode, kind, name), and the
+/// key to continue after.
+pub type Listing = (Vec<(u64, u64, FileKind, Vec<u8>)>, Option<u64>);
+
 pub enum Source {
     Live(Arc<Head>),
     Version(VersionRecord),
@@ -137,11 +141,7 @@ impl Workspace {
 
     /// One page of a directory: (cookie key, FUSE inode, kind, name), and
     /// the key to continue after.
-    pub fn list(
-        &self,
-        fuse_ino: u64,
-        after: u64,
-    ) -> Result<(Vec<(u64, u64, FileKind, Vec<u8>)>, Option<u64>), Error> {
+    pub fn list(&self, fuse_ino: u64, after: u64) -> Result<Listing, Error> {
         let Some((r, ino, base)) = self.at(fuse_ino)? else {
             let names: Vec<(u64, FileKind, Vec<u8>)> = match fuse_ino {
                 CTL_DIR => vec![(VERSIONS_DIR, FileKind::Dir, b"versions".to_vec())],

@@ -54,6 +54,9 @@ fn enoent(what: impl std::fmt::Display) -> Error {
     Error::posix(Posix::NoEntry, format!("{what}: no such file or directory"))
 }
 
+/// Entries with their name keys, and the key to continue after.
+pub type Page = (Vec<(u64, DirEntry)>, Option<u64>);
+
 /// Read access to one state of an fs volume.
 #[derive(Clone, Copy)]
 pub struct FsReader<'a> {
@@ -108,12 +111,7 @@ impl<'a> FsReader<'a> {
     /// One page of [`FsReader::list`]: entries of about `limit` name groups
     /// after key `after`, and the key to continue after (`None` at the
     /// end). A page may be empty while more follow. Cost: O(limit).
-    pub fn list_page(
-        &self,
-        dir: &Inode,
-        after: u64,
-        limit: usize,
-    ) -> Result<(Vec<(u64, DirEntry)>, Option<u64>)> {
+    pub fn list_page(&self, dir: &Inode, after: u64, limit: usize) -> Result<Page> {
         let base = dir.content_root(Space::Dir)?;
         if after == u64::MAX {
             return Ok((Vec::new(), None));

@@ -212,6 +212,10 @@ impl Filesystem for Fuse {
             reserved(to, newname)?;
             h.rename(from, name.as_bytes(), to, newname.as_bytes(), mode, &|i| ws.is_open(i))
         });
+        if r.is_ok() {
+            // The kernel moves its dentry itself: a restore must drop it too.
+            ws.remember_name(newparent.0, newname.as_bytes());
+        }
         answer!(reply, r, |()| reply.ok())
     }
 

@@ -111,6 +111,10 @@ impl Workspace {
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(Inode, u64), Error> {
         let enoent = || Error::posix(forkfs::error::Posix::NoEntry, "no such file or directory");
+        if name.len() > forkfs::volume::fs::NAME_MAX {
+            let why = "file name longer than 255 bytes";
+            return Err(Error::posix(forkfs::error::Posix::NameTooLong, why));
+        }
         match (self.slots.place(parent)?, name) {
             (Place::Own(ROOT_INO), history::NAME) => return self.stat(CTL_DIR),
             (Place::Virtual(CTL_DIR), b"versions") => return self.stat(VERSIONS_DIR),
@@ -181,6 +185,11 @@ impl Workspace {
         let mut k = self.known.lock();
         k.entries.insert((parent, name.to_vec()));
         k.inodes.insert(ino);
+    }
+
+    /// Records a name the kernel made itself (the target of a rename).
+    pub fn remember_name(&self, parent: u64, name: &[u8]) {
+        self.known.lock().entries.insert((parent, name.to_vec()));
     }
 
     /// Everything the kernel may have cached, forgotten here.

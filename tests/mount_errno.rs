@@ -334,28 +334,7 @@ fn cases() -> Vec<Case> {
 }
 
 fn name(e: i32) -> String {
-    let known = [
-        (libc::ENOENT, "ENOENT"),
-        (libc::EEXIST, "EEXIST"),
-        (libc::ENOTEMPTY, "ENOTEMPTY"),
-        (libc::EISDIR, "EISDIR"),
-        (libc::ENOTDIR, "ENOTDIR"),
-        (libc::ENAMETOOLONG, "ENAMETOOLONG"),
-        (libc::EINVAL, "EINVAL"),
-        (libc::EPERM, "EPERM"),
-        (libc::ENODATA, "ENODATA"),
-        (libc::ERANGE, "ERANGE"),
-        (libc::E2BIG, "E2BIG"),
-        (libc::ELOOP, "ELOOP"),
-        (libc::EBADF, "EBADF"),
-        (libc::EFBIG, "EFBIG"),
-        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
-        (libc::EIO, "EIO"),
-        (libc::EROFS, "EROFS"),
-        (libc::EBUSY, "EBUSY"),
-        (libc::EACCES, "EACCES"),
-    ];
-    known.iter().find(|(n, _)| *n == e).map(|(_, s)| s.to_string()).unwrap_or(format!("errno {e}"))
+    std::io::Error::from_raw_os_error(e).to_string()
 }
 
 fn show(o: &Outcome) -> String {
@@ -398,7 +377,7 @@ fn errnos_match_ext4_case_by_case() {
             if *intended == 0 { "success".into() } else { name(*intended) }
         });
         if ext4 != fuse {
-            table.push(format!("{what:<45} ext4: {:<14} forkfs: {}", show(ext4), show(fuse)));
+            table.push(format!("{what:<45} ext4: {:<40} forkfs: {}", show(ext4), show(fuse)));
         }
     }
     println!("{} cases compared", reference.len());

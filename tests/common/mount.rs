@@ -47,8 +47,9 @@ impl Mounted {
         let pid = mount_pid(&out);
         let log = out.trim_end().rsplit_once("; log ").expect("log path in mount output").1;
         let log = PathBuf::from(log.trim_end_matches(')'));
-        assert!(is_fuse_mount(dir.path()), "{} is not a FUSE mount after: {out}", path);
-        Mounted { store: store.to_path_buf(), vol: vol.to_string(), pid, log, dir }
+        let m = Mounted { store: store.to_path_buf(), vol: vol.to_string(), pid, log, dir };
+        assert!(is_fuse_mount(m.dir()), "{path} is not a FUSE mount after: {out}");
+        m
     }
 
     pub fn dir(&self) -> &Path {
@@ -86,14 +87,16 @@ impl Mounted {
             String::from_utf8_lossy(&out.stderr),
             self.log()
         );
-        assert!(!super::mount::is_fuse_mount(self.dir.path()), "still mounted after umount");
+        assert!(!is_fuse_mount(self.dir.path()), "still mounted after umount");
+        // umount returns once the mount process has released the store.
+        assert!(wait_gone(self.pid, 0), "mount process {} outlived forkfs umount", self.pid);
         // Drop runs again: a second umount fails harmlessly.
     }
 
     /// SIGKILLs the mount process and detaches its dead mount.
     pub fn kill(&self) {
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
-        wait_gone(self.pid);
+        assert!(wait_gone(self.pid, 60), "mount process {} survived SIGKILL", self.pid);
         lazy_unmount(self.dir.path());
     }
 }
@@ -114,7 +117,12 @@ impl Drop for Mounted {
                 lazy_unmount(self.dir.path());
             }
         }
-        wait_gone(self.pid);
+        // A detached mount lives on while something holds a file in it
+        // (a failed test): the process is ours, so end it.
+        if !wait_gone(self.pid, 5) {
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+            wait_gone(self.pid, 10);
+        }
     }
 }
 
@@ -143,18 +151,20 @@ pub fn lazy_unmount(dir: &Path) {
     }
 }
 
-/// Waits (up to 60 s) for process `pid` to exit.
-pub fn wait_gone(pid: u32) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
+/// Waits up to `secs` seconds for process `pid` to exit; whether it did.
+pub fn wait_gone(pid: u32, secs: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let state = stat.rsplit(')').next().unwrap_or("").trim_start();
         if stat.is_empty() || state.starts_with('Z') || state.starts_with('X') {
-            return;
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    panic!("process {pid} still running after 60 s");
 }
 
 /// Fails the test (instead of skipping) when `tool` is not installed.

@@ -63,8 +63,17 @@ pub fn mount(g: &crate::cli::Global, a: Args) -> Result<()> {
 }
 
 fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
-    let dir = std::fs::canonicalize(&a.dir)
-        .with_context(|| format!("mount point {}", a.dir.display()))?;
+    // Before any thread starts (the store starts several): every thread
+    // inherits the mask, so only the signal thread ever receives them.
+    let signals = block_stop_signals();
+    let dir = std::fs::canonicalize(&a.dir).map_err(|e| {
+        let kind = if e.kind() == std::io::ErrorKind::NotFound {
+            forkfs::ErrorKind::NotFound
+        } else {
+            forkfs::ErrorKind::InvalidInput
+        };
+        Error::new(kind, format!("mount point {}: {e}", a.dir.display()))
+    })?;
     if !dir.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
@@ -108,7 +117,7 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
             invalidate(&hook_ws, &notifier);
         }
     }));
-    let stop = stop_on_signals(session.unmount_callable())?;
+    let stop = stop_on_signals(signals, session.unmount_callable())?;
     let checkpoints = (!a.read_only && !a.checkpoint_every.is_zero())
         .then(|| checkpointer(store.clone(), vol_name.clone(), a.checkpoint_every, stop.clone()));
     if report {
@@ -195,9 +204,9 @@ fn invalidate(ws: &Workspace, n: &fuser::Notifier) {
 
 type Stop = Arc<(parking_lot::Mutex<Option<()>>, parking_lot::Condvar)>;
 
-/// SIGTERM, SIGINT and SIGHUP unmount (the session then ends normally).
-fn stop_on_signals(mut unmount: fuser::SessionUnmounter) -> Result<Stop> {
-    let stop: Stop = Arc::new(Default::default());
+/// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and so in every
+/// thread started after).
+fn block_stop_signals() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -205,6 +214,14 @@ fn stop_on_signals(mut unmount: fuser::SessionUnmounter) -> Result<Stop> {
             libc::sigaddset(&mut set, s);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// SIGTERM, SIGINT and SIGHUP unmount (the session then ends normally).
+fn stop_on_signals(set: libc::sigset_t, mut unmount: fuser::SessionUnmounter) -> Result<Stop> {
+    let stop: Stop = Arc::new(Default::default());
+    unsafe {
         std::thread::Builder::new().name("forkfs-signals".into()).spawn(move || {
             let mut sig = 0;
             libc::sigwait(&set, &mut sig);
@@ -282,8 +299,10 @@ fn daemonize(g: &crate::cli::Global, a: &Args) -> Result<()> {
             return Ok(());
         }
         if let Some(e) = line.strip_prefix("error: ") {
-            let _ = child.wait();
-            bail!("{e}");
+            // The child exits with the code its error calls for: keep it.
+            let code = child.wait()?.code().unwrap_or(1);
+            eprintln!("forkfs: {e}");
+            std::process::exit(code);
         }
     }
     let status = child.wait()?;

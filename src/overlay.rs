@@ -234,12 +234,4 @@ impl<'a> Overlay<'a> {
         let to = (self.vol.0 + 1).to_be_bytes();
         batch.delete_range_cf(self.index.cf(CF_OVERLAY), &from[..], &to[..]);
     }
-
-    /// Adds to `batch` the removal of one (space, owner) group.
-    pub fn clear_group(&self, batch: &mut WriteBatch, space: Space, owner: u64) {
-        let from = key(self.vol, space, owner, 0);
-        let cf = self.index.cf(CF_OVERLAY);
-        batch.delete_range_cf(cf, from, key(self.vol, space, owner, u64::MAX));
-        batch.delete_cf(cf, key(self.vol, space, owner, u64::MAX));
-    }
 }

@@ -316,18 +316,18 @@ impl Filesystem for Fuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        answer!(reply, self.ws.head().and_then(|h| h.sync()), |()| reply.ok())
+        answer!(reply, self.ws.sync(), |()| reply.ok())
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
-        answer!(reply, self.ws.head().and_then(|h| h.sync()), |()| reply.ok())
+        self.fsync(req, ino, fh, datasync, reply)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -75,6 +75,14 @@ impl Workspace {
         }
     }
 
+    /// fsync: a read-only mount has nothing to make durable.
+    pub fn sync(&self) -> Result<(), Error> {
+        match self.head() {
+            Ok(h) => h.sync(),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// The mounted tree's own inode behind a FUSE inode number; EROFS
     /// for the read-only history under `.forkfs`.
     pub fn own(&self, fuse_ino: u64) -> Result<u64, Error> {

@@ -108,6 +108,22 @@ impl<'a> FsReader<'a> {
         }
     }
 
+    /// True when a directory has no entries. Cost: O(1) pages, except
+    /// right after mass deletions not yet folded.
+    pub fn is_empty(&self, dir: &Inode) -> Result<bool> {
+        let mut at = 0;
+        loop {
+            let (page, next) = self.list_page(dir, at, 1)?;
+            if !page.is_empty() {
+                return Ok(false);
+            }
+            match next {
+                Some(n) => at = n,
+                None => return Ok(true),
+            }
+        }
+    }
+
     /// One page of [`FsReader::list`]: entries of about `limit` name groups
     /// after key `after`, and the key to continue after (`None` at the
     /// end). A page may be empty while more follow. Cost: O(limit).

@@ -21,7 +21,8 @@ pub(super) struct Txn<'a> {
     inodes: BTreeMap<u64, Option<Inode>>,
     /// Staged entry groups: (directory, name key) -> entries.
     groups: BTreeMap<(u64, u64), Vec<DirEntry>>,
-    meta: Option<Meta>,
+    /// The fs record as read, and as changed.
+    meta: Option<(Meta, Meta)>,
     pub b: WriteBatch,
     pub now: Time,
 }
@@ -67,7 +68,8 @@ impl<'a> Txn<'a> {
         self.inodes.insert(inode.ino, Some(inode));
     }
 
-    /// Deletes an inode with its directory entries or file blocks.
+    /// Deletes an inode (its directory entries or file blocks go with it
+    /// at the next checkpoint).
     pub fn delete(&mut self, ino: u64) {
         self.inodes.insert(ino, None);
     }
@@ -109,7 +111,7 @@ impl<'a> Txn<'a> {
     /// Entries staged in this transaction are not seen here: callers only
     /// ask about directories whose own entries they do not change.
     pub fn is_empty_dir(&mut self, dir: &Inode) -> Result<bool> {
-        Ok(self.r.list(dir, 0)?.is_empty())
+        self.r.is_empty(dir)
     }
 
     pub fn meta(&mut self) -> Result<&mut Meta> {
@@ -118,9 +120,9 @@ impl<'a> Txn<'a> {
                 Some(super::Found::Value(v)) => Meta::decode(&v)?,
                 _ => return Err(Error::corrupt("fs volume has no record")),
             };
-            self.meta = Some(m);
+            self.meta = Some((m.clone(), m));
         }
-        Ok(self.meta.as_mut().expect("loaded above"))
+        Ok(&mut self.meta.as_mut().expect("loaded above").1)
     }
 
     /// Touches a directory whose entries changed (mtime and ctime).
@@ -150,6 +152,11 @@ impl<'a> Txn<'a> {
     }
 
     pub fn commit(self) -> Result<()> {
+        let meta_changed = self.meta.as_ref().is_some_and(|(read, now)| read != now);
+        // Nothing changed (a release of a file that is no orphan): no write.
+        if self.inodes.is_empty() && self.groups.is_empty() && !meta_changed && self.b.is_empty() {
+            return Ok(());
+        }
         let mut b = self.b;
         let o = self.head.overlay();
         for (ino, i) in &self.inodes {
@@ -157,11 +164,13 @@ impl<'a> Txn<'a> {
                 Some(i) => {
                     o.put(&mut b, Space::Root, 0, *ino, &Dirty::Value(Bytes::from(i.encode())))
                 }
-                None => {
-                    o.put(&mut b, Space::Root, 0, *ino, &Dirty::Delete);
-                    o.clear_group(&mut b, Space::Dir, *ino);
-                    o.clear_group(&mut b, Space::File, *ino);
-                }
+                // The inode's own entries (directory names, file blocks)
+                // stay until the next checkpoint, which folds around them
+                // (their owner is gone) and drops the whole overlay.
+                // Inode numbers are never reused, so nothing reads them;
+                // clearing them here took two RocksDB range deletions per
+                // unlink, and every later read paid for all of them.
+                None => o.put(&mut b, Space::Root, 0, *ino, &Dirty::Delete),
             }
         }
         for ((dir, key), entries) in &self.groups {
@@ -175,7 +184,7 @@ impl<'a> Txn<'a> {
             };
             o.put(&mut b, Space::Dir, *dir, *key, &d);
         }
-        if let Some(m) = &self.meta {
+        if let Some((_, m)) = self.meta.as_ref().filter(|_| meta_changed) {
             o.put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(Bytes::from(m.encode())));
         }
         self.head.store.index().write(b, false)

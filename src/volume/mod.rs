@@ -329,6 +329,9 @@ impl Head {
                         inode_ups.insert(e.key, u);
                     }
                 }
+                // Root entries come first: entries of an inode deleted
+                // since the last checkpoint are skipped, not stored.
+                _ if matches!(inode_ups.get(&e.owner), Some(None)) => {}
                 s => {
                     if let Some(u) = self.resolve(e.dirty)? {
                         groups.entry((s, e.owner)).or_default().push((e.key, u));
@@ -340,7 +343,7 @@ impl Head {
         for ((space, ino), ups) in groups {
             let current = match inode_ups.get(&ino) {
                 Some(Some(v)) => v.clone(),
-                Some(None) => continue, // the inode is gone; so is its content
+                Some(None) => continue, // skipped above; kept for safety
                 None => match self.map().get(base, ino)? {
                     Some(v) => v,
                     None => continue,

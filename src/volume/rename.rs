@@ -31,7 +31,7 @@ pub(super) fn rename(
         }
         _ => {}
     }
-    let mut src = t.inode(src_e.ino)?;
+    let src = t.inode(src_e.ino)?;
     if src.kind == FileKind::Dir && dir != new_dir {
         not_below(t, src.ino, new_dir)?;
     }
@@ -71,7 +71,6 @@ pub(super) fn rename(
         add_links(t, dir, -1)?;
         add_links(t, new_dir, 1)?;
     }
-    src = t.inode(src.ino)?;
     moved(t, src, (dir, name), (new_dir, new_name));
     t.touch_dir(dir)?;
     t.touch_dir(new_dir)

@@ -65,9 +65,7 @@ impl Fuse {
         let perm = (mode & 0o7777) as u16;
         (node.uid, node.gid, node.perm) =
             self.ws.owner_in(&dir, req.uid(), req.gid(), node.kind, perm);
-        let i = head.make(parent, name.as_bytes(), &node)?;
-        let ino = i.ino;
-        Ok((i, ino))
+        head.make(parent, name.as_bytes(), &node).map(own)
     }
 
     fn set_attr(&self, ino: u64, a: SetAttr) -> Result<Inode, Error> {
@@ -231,9 +229,7 @@ impl Filesystem for Fuse {
         let r = ws.head().and_then(|h| {
             let dir = ws.own(newparent.0)?;
             reserved(dir, newname)?;
-            let i = h.link(ws.own(ino.0)?, dir, newname.as_bytes())?;
-            let n = i.ino;
-            Ok((i, n))
+            h.link(ws.own(ino.0)?, dir, newname.as_bytes()).map(own)
         });
         self.entry(newparent.0, newname, r, reply)
     }
@@ -497,6 +493,12 @@ impl Fuse {
         }
         Ok(())
     }
+}
+
+/// An inode of the mounted tree with its FUSE inode number (the same).
+fn own(i: Inode) -> (Inode, u64) {
+    let ino = i.ino;
+    (i, ino)
 }
 
 fn node(kind: FileKind, rdev: u32, target: Option<&[u8]>) -> NewNode<'_> {

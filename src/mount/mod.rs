@@ -22,7 +22,7 @@ use workspace::{Source, Workspace};
 pub struct Args {
     /// The fs volume (VOL), or a version of it (VOL@VERSION, with --read-only)
     pub spec: String,
-    /// An existing, empty directory
+    /// An existing directory (what it holds is hidden while mounted)
     pub dir: PathBuf,
     /// Refuse every change (the only way to mount a version)
     #[arg(long)]
@@ -110,14 +110,16 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
             .with_context(|| format!("mounting {} on {}", vol_name, dir.display()))?;
     let _record = record::Record::write(&store_dir, &dir, &vol_name)?;
     let notifier = session.notifier();
-    let hook_ws = ws.clone();
+    // Weak: the store keeps its hooks, and the workspace keeps the store.
+    let hook_ws = Arc::downgrade(&ws);
     let hook_vol = vol_name.clone();
     store.on_restore(Arc::new(move |v: &str| {
-        if v == hook_vol {
-            invalidate(&hook_ws, &notifier);
+        if let Some(ws) = hook_ws.upgrade().filter(|_| v == hook_vol) {
+            invalidate(&ws, &notifier);
         }
     }));
-    let stop = stop_on_signals(signals, session.unmount_callable())?;
+    stop_on_signals(signals, session.unmount_callable())?;
+    let stop: Stop = Arc::default();
     let checkpoints = (!a.read_only && !a.checkpoint_every.is_zero())
         .then(|| checkpointer(store.clone(), vol_name.clone(), a.checkpoint_every, stop.clone()));
     if report {
@@ -137,18 +139,13 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
         );
     }
     let result = session.run();
-    stop.0.lock().replace(());
+    *stop.0.lock() = true;
     stop.1.notify_all();
     if let Some(t) = checkpoints {
         let _ = t.join();
     }
     if !a.read_only {
-        let opts = forkfs::SnapshotOptions {
-            origin: Some(forkfs::Origin::Auto),
-            skip_if_clean: true,
-            ..Default::default()
-        };
-        store.snapshot(&vol_name, &opts).context("final checkpoint")?;
+        checkpoint(&store, &vol_name).context("final checkpoint")?;
     }
     store.sync()?;
     result.context("FUSE session")?;
@@ -202,7 +199,18 @@ fn invalidate(ws: &Workspace, n: &fuser::Notifier) {
     }
 }
 
-type Stop = Arc<(parking_lot::Mutex<Option<()>>, parking_lot::Condvar)>;
+/// Set (and notified) when the session has ended.
+type Stop = Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
+
+/// An automatic version, unless nothing changed since the last one.
+fn checkpoint(store: &Store, vol: &str) -> forkfs::Result<forkfs::VersionRecord> {
+    let opts = forkfs::SnapshotOptions {
+        origin: Some(forkfs::Origin::Auto),
+        skip_if_clean: true,
+        ..Default::default()
+    };
+    store.snapshot(vol, &opts)
+}
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and so in every
 /// thread started after).
@@ -219,8 +227,7 @@ fn block_stop_signals() -> libc::sigset_t {
 }
 
 /// SIGTERM, SIGINT and SIGHUP unmount (the session then ends normally).
-fn stop_on_signals(set: libc::sigset_t, mut unmount: fuser::SessionUnmounter) -> Result<Stop> {
-    let stop: Stop = Arc::new(Default::default());
+fn stop_on_signals(set: libc::sigset_t, mut unmount: fuser::SessionUnmounter) -> Result<()> {
     unsafe {
         std::thread::Builder::new().name("forkfs-signals".into()).spawn(move || {
             let mut sig = 0;
@@ -231,7 +238,7 @@ fn stop_on_signals(set: libc::sigset_t, mut unmount: fuser::SessionUnmounter) ->
             }
         })?;
     }
-    Ok(stop)
+    Ok(())
 }
 
 fn checkpointer(
@@ -241,22 +248,17 @@ fn checkpointer(
     stop: Stop,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let opts = forkfs::SnapshotOptions {
-            origin: Some(forkfs::Origin::Auto),
-            skip_if_clean: true,
-            ..Default::default()
-        };
         loop {
             {
-                let mut g = stop.0.lock();
-                if g.is_none() {
-                    stop.1.wait_for(&mut g, every);
+                let mut stopped = stop.0.lock();
+                if !*stopped {
+                    stop.1.wait_for(&mut stopped, every);
                 }
-                if g.is_some() {
+                if *stopped {
                     return;
                 }
             }
-            if let Err(e) = store.snapshot(&vol, &opts) {
+            if let Err(e) = checkpoint(&store, &vol) {
                 tracing::warn!(volume = %vol, error = %e, "checkpoint failed");
             }
         }

@@ -225,8 +225,8 @@ impl Workspace {
                 false
             }
         };
-        match (&self.source, last) {
-            (Source::Live(h), true) => h.release(ino),
+        match (self.head(), self.own(ino)) {
+            (Ok(h), Ok(own)) if last => h.release(own),
             _ => Ok(()),
         }
     }

@@ -172,6 +172,9 @@ impl Store {
             head.set_state(new_head.clone());
             head.reload_zeroed()?;
         }
+        if !clean {
+            self.index().overlay_cleared();
+        }
         if let Some(f) = floor {
             self.datalog().drop_below(rec.id, f)?;
         }
@@ -291,8 +294,9 @@ impl Store {
     pub fn restore(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
         let pre = self.restore_locked(volume, to)?;
         let hooks: Vec<_> = self.inner.restore_hooks.lock().clone();
+        let done = crate::store::Restored { volume, before: &pre, to };
         for h in hooks {
-            h(volume);
+            h(&done);
         }
         Ok(pre)
     }
@@ -340,6 +344,7 @@ impl Store {
             head.overlay().put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(m));
         }
         self.index().write(b, true)?;
+        self.index().overlay_cleared();
         head.set_state(new_head);
         head.reload_zeroed()?;
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");

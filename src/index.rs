@@ -279,6 +279,25 @@ impl Index {
         Ok(out)
     }
 
+    /// After the overlay of a volume was cleared: when the overlay's
+    /// memtable holds many entries, asks RocksDB to flush it in the
+    /// background. Until a flush drops them, the entries a range deletion
+    /// covers stay in the memtable and every iterator steps over them one
+    /// by one (a clean snapshot of a workspace that had just created 100k
+    /// files took 80 ms, all of it there).
+    pub fn overlay_cleared(&self) {
+        const DEAD_ENTRIES: u64 = 50_000;
+        let cf = self.cf(CF_OVERLAY);
+        let n = self.db.property_int_value_cf(cf, "rocksdb.num-entries-active-mem-table");
+        if matches!(n, Ok(Some(n)) if n >= DEAD_ENTRIES) {
+            let mut fo = rocksdb::FlushOptions::default();
+            fo.set_wait(false);
+            if let Err(e) = self.db.flush_cf_opt(cf, &fo) {
+                tracing::warn!(error = %e, "overlay flush request failed");
+            }
+        }
+    }
+
     /// Makes everything written so far durable (syncs the WAL).
     pub fn sync(&self) -> Result<()> {
         Ok(self.db.flush_wal(true)?)

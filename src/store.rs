@@ -63,12 +63,20 @@ pub(crate) struct Inner {
     /// One GC at a time.
     pub gc_lock: Mutex<()>,
     pub heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
-    /// Called with the volume's name after each restore (see [`Store::on_restore`]).
+    /// Called after each restore (see [`Store::on_restore`]).
     pub restore_hooks: Mutex<Vec<RestoreHook>>,
 }
 
 /// A front-end's reaction to a restore of a volume it serves.
-pub type RestoreHook = Arc<dyn Fn(&str) + Send + Sync>;
+pub type RestoreHook = Arc<dyn Fn(&Restored<'_>) + Send + Sync>;
+
+/// A restore that has happened: the head of `volume` moved from the state
+/// kept as `before` (the pre-restore version) to the state of `to`.
+pub struct Restored<'a> {
+    pub volume: &'a str,
+    pub before: &'a crate::version::VersionRecord,
+    pub to: &'a crate::version::VersionRecord,
+}
 
 /// An open store; cheap to clone, safe to share between threads.
 #[derive(Clone)]
@@ -470,8 +478,8 @@ impl Store {
         self.datalog().drop_below(rec.id, u64::MAX)
     }
 
-    /// Calls `hook` with the volume's name after every restore in this
-    /// process (a mount drops the kernel's caches of the old tree).
+    /// Calls `hook` after every restore in this process (a mount drops
+    /// what the kernel cached of the part of the tree that changed).
     pub fn on_restore(&self, hook: RestoreHook) {
         self.inner.restore_hooks.lock().push(hook);
     }

@@ -91,3 +91,55 @@ fn path_diffs_see_adds_deletes_renames_and_the_dirty_head() {
     assert_eq!(back.len(), 3);
     assert!(back.contains(&(PathChange::Added, "/gone".to_string())));
 }
+
+/// What a restore hands its hooks: exactly the inodes and names that differ
+/// (a mount drops only those from the kernel's caches), however large the
+/// unchanged rest of the tree.
+#[test]
+fn restore_hooks_get_the_changed_inodes_and_names_only() {
+    use forkfs::volume::changes::{FsChanges, fs_changes};
+    use forkfs::volume::fsops::RenameMode;
+    use std::sync::{Arc, Mutex};
+    let (_d, store) = setup();
+    let h = store.open_volume("ws").unwrap();
+    let bulk = h.create(ROOT_INO, b"bulk", FileKind::Dir, 0o755, (0, 0), None).unwrap();
+    for i in 0..2000 {
+        let name = format!("f{i}");
+        h.create(bulk.ino, name.as_bytes(), FileKind::File, 0o644, (0, 0), None).unwrap();
+    }
+    let d = h.create(ROOT_INO, b"d", FileKind::Dir, 0o755, (0, 0), None).unwrap();
+    let kept = h.create(d.ino, b"kept", FileKind::File, 0o644, (0, 0), None).unwrap();
+    let moved = h.create(d.ino, b"moved", FileKind::File, 0o644, (0, 0), None).unwrap();
+    let base = store.snapshot("ws", &SnapshotOptions::default()).unwrap();
+
+    let added = h.create(ROOT_INO, b"added", FileKind::File, 0o644, (0, 0), None).unwrap();
+    h.write_file(kept.ino, 0, b"new bytes").unwrap();
+    h.rename(d.ino, b"moved", ROOT_INO, b"moved-here", RenameMode::Replace, &|_| false).unwrap();
+
+    let seen: Arc<Mutex<Vec<FsChanges>>> = Arc::default();
+    let (s2, seen2) = (store.clone(), seen.clone());
+    store.on_restore(Arc::new(move |r: &forkfs::store::Restored<'_>| {
+        assert_eq!(r.volume, "ws");
+        seen2.lock().unwrap().push(fs_changes(&s2, r.before.root, r.to.root).unwrap());
+    }));
+    store.restore("ws", &base).unwrap();
+    let got = seen.lock().unwrap().pop().expect("the hook ran");
+    let mut inodes = got.inodes.clone();
+    inodes.sort();
+    let mut want = vec![ROOT_INO, d.ino, kept.ino, moved.ino, added.ino];
+    want.sort();
+    assert_eq!(inodes, want, "root and d (entries), kept (data), moved (name), added");
+    let names: Vec<(u64, &[u8])> = got.entries.iter().map(|(p, n)| (*p, n.as_slice())).collect();
+    for e in [(ROOT_INO, &b"added"[..]), (ROOT_INO, b"moved-here"), (d.ino, b"moved")] {
+        assert!(names.contains(&e), "{e:?} missing from {names:?}");
+    }
+    assert!(names.len() <= 4, "only the changed names (and hash-group neighbours): {names:?}");
+    assert!(!names.iter().any(|(p, _)| *p == bulk.ino), "the untouched directory is not listed");
+    // After the restore the head holds exactly the base again.
+    let back = fs_changes(&store, base.root, got_root(&store)).unwrap();
+    assert_eq!(back, FsChanges { inodes: vec![], entries: vec![] }, "restored = base");
+}
+
+fn got_root(store: &Store) -> forkfs::map::MapRoot {
+    store.snapshot("ws", &SnapshotOptions::default()).unwrap().root
+}

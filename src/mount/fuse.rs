@@ -42,9 +42,8 @@ impl Fuse {
         attr(i, i.ino, self.ws.block_size)
     }
 
-    fn entry(&self, parent: u64, name: &OsStr, r: Result<(Inode, u64), Error>, reply: ReplyEntry) {
+    fn entry(&self, r: Result<(Inode, u64), Error>, reply: ReplyEntry) {
         answer!(reply, r, |(i, fuse_ino)| {
-            self.ws.remember(parent, name.as_bytes(), fuse_ino);
             reply.entry(&TTL, &attr(&i, fuse_ino, self.ws.block_size), Generation(0))
         })
     }
@@ -81,7 +80,7 @@ impl Filesystem for Fuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(parent.0, name, self.ws.lookup(parent.0, name.as_bytes()), reply)
+        self.entry(self.ws.lookup(parent.0, name.as_bytes()), reply)
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -140,7 +139,7 @@ impl Filesystem for Fuse {
             return reply.error(Errno::EINVAL);
         }
         let r = self.make(req, (parent.0, name), mode, node(kind, rdev, None));
-        self.entry(parent.0, name, r, reply)
+        self.entry(r, reply)
     }
 
     fn mkdir(
@@ -153,7 +152,7 @@ impl Filesystem for Fuse {
         reply: ReplyEntry,
     ) {
         let r = self.make(req, (parent.0, name), mode, node(FileKind::Dir, 0, None));
-        self.entry(parent.0, name, r, reply)
+        self.entry(r, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -182,7 +181,7 @@ impl Filesystem for Fuse {
     ) {
         let t = target.as_os_str().as_bytes();
         let r = self.make(req, (parent.0, link_name), 0o777, node(FileKind::Symlink, 0, Some(t)));
-        self.entry(parent.0, link_name, r, reply)
+        self.entry(r, reply)
     }
 
     fn rename(
@@ -210,10 +209,6 @@ impl Filesystem for Fuse {
             reserved(to, newname)?;
             h.rename(from, name.as_bytes(), to, newname.as_bytes(), mode, &|i| ws.is_open(i))
         });
-        if r.is_ok() {
-            // The kernel moves its dentry itself: a restore must drop it too.
-            ws.remember_name(newparent.0, newname.as_bytes());
-        }
         answer!(reply, r, |()| reply.ok())
     }
 
@@ -231,7 +226,7 @@ impl Filesystem for Fuse {
             reserved(dir, newname)?;
             h.link(ws.own(ino.0)?, dir, newname.as_bytes()).map(own)
         });
-        self.entry(newparent.0, newname, r, reply)
+        self.entry(r, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -436,7 +431,6 @@ impl Filesystem for Fuse {
     ) {
         let r = self.make(req, (parent.0, name), mode, node(FileKind::File, 0, None));
         answer!(reply, r, |(i, _)| {
-            self.ws.remember(parent.0, name.as_bytes(), i.ino);
             let fh = self.ws.open(i.ino);
             reply.created(
                 &TTL,

@@ -113,9 +113,9 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
     // Weak: the store keeps its hooks, and the workspace keeps the store.
     let hook_ws = Arc::downgrade(&ws);
     let hook_vol = vol_name.clone();
-    store.on_restore(Arc::new(move |v: &str| {
-        if let Some(ws) = hook_ws.upgrade().filter(|_| v == hook_vol) {
-            invalidate(&ws, &notifier);
+    store.on_restore(Arc::new(move |r: &forkfs::store::Restored<'_>| {
+        if let Some(ws) = hook_ws.upgrade().filter(|_| r.volume == hook_vol) {
+            invalidate(&ws.store, r.before.root, r.to.root, &notifier);
         }
     }));
     stop_on_signals(signals, session.unmount_callable())?;
@@ -188,15 +188,35 @@ fn config(a: &Args, vol: &str) -> fuser::Config {
     c
 }
 
-/// Drops every name and inode the kernel may cache (after a restore).
-fn invalidate(ws: &Workspace, n: &fuser::Notifier) {
-    let (entries, inodes) = ws.take_known();
-    for (parent, name) in entries {
-        let _ = n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(&name));
+/// Drops what the kernel may cache of the part of the tree a restore
+/// changed: O(changes), whatever the size of the tree.
+fn invalidate(
+    store: &Store,
+    before: forkfs::map::MapRoot,
+    after: forkfs::map::MapRoot,
+    n: &fuser::Notifier,
+) {
+    let t = std::time::Instant::now();
+    let changes = match forkfs::volume::changes::fs_changes(store, before, after) {
+        Ok(c) => c,
+        Err(e) => {
+            // Without the list, the kernel keeps stale names for up to its TTL.
+            tracing::error!(error = %e, "restore: cannot list the changed names");
+            return;
+        }
+    };
+    for (parent, name) in &changes.entries {
+        let _ = n.inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name));
     }
-    for ino in inodes.into_iter().chain([forkfs::volume::inode::ROOT_INO]) {
-        let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
+    for ino in &changes.inodes {
+        let _ = n.inval_inode(fuser::INodeNo(*ino), 0, 0);
     }
+    tracing::info!(
+        names = changes.entries.len(),
+        inodes = changes.inodes.len(),
+        ms = t.elapsed().as_millis() as u64,
+        "restore: kernel caches dropped"
+    );
 }
 
 /// Set (and notified) when the session has ended.

@@ -1,13 +1,12 @@
 //! The state behind one mount: what it shows (a live head or a version),
-//! open handles (for files unlinked while open), and the names the kernel
-//! may have cached (dropped after a restore).
+//! and open handles (for files unlinked while open).
 
 use super::history::{self, CTL_DIR, Place, Slots, VERSIONS_DIR};
 use forkfs::volume::fs::{FsReader, reader_for_version};
 use forkfs::volume::inode::{FileKind, Inode, ROOT_INO};
 use forkfs::{Error, Head, Store, VersionRecord};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,14 +30,6 @@ pub struct Workspace {
     /// Open file handles per inode.
     opens: Mutex<HashMap<u64, u32>>,
     next_fh: AtomicU64,
-    /// (parent, name) pairs given to the kernel, and the inodes they named.
-    known: Mutex<Known>,
-}
-
-#[derive(Default)]
-struct Known {
-    entries: HashSet<(u64, Vec<u8>)>,
-    inodes: HashSet<u64>,
 }
 
 impl Workspace {
@@ -56,7 +47,6 @@ impl Workspace {
             read_only,
             opens: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            known: Mutex::new(Known::default()),
         }
     }
 
@@ -186,25 +176,6 @@ impl Workspace {
             Some((r, ino, _)) => r.xattr_names(ino),
             None => Ok(Vec::new()),
         }
-    }
-
-    /// Records that the kernel now knows `name` in `parent` as `ino`.
-    pub fn remember(&self, parent: u64, name: &[u8], ino: u64) {
-        let mut k = self.known.lock();
-        k.entries.insert((parent, name.to_vec()));
-        k.inodes.insert(ino);
-    }
-
-    /// Records a name the kernel made itself (the target of a rename).
-    pub fn remember_name(&self, parent: u64, name: &[u8]) {
-        self.known.lock().entries.insert((parent, name.to_vec()));
-    }
-
-    /// Everything the kernel may have cached, forgotten here.
-    pub fn take_known(&self) -> (Vec<(u64, Vec<u8>)>, Vec<u64>) {
-        let mut k = self.known.lock();
-        let k = std::mem::take(&mut *k);
-        (k.entries.into_iter().collect(), k.inodes.into_iter().collect())
     }
 
     pub fn open(&self, ino: u64) -> u64 {

@@ -8,6 +8,7 @@
 
 pub mod block;
 mod blockmap;
+pub mod changes;
 mod deferred;
 pub mod fs;
 pub mod fsops;

@@ -69,6 +69,20 @@ pub enum Request {
         from: String,
         to: Option<String>,
     },
+    /// Every volume of the store.
+    Volumes,
+    CreateVolume {
+        name: String,
+        kind: crate::version::VolumeKind,
+        size: Option<u64>,
+        block_size: Option<u32>,
+    },
+    /// A front-end's own request, served by the handler the holding
+    /// process registered ([`Store::serve_extension`]).
+    Extension {
+        name: String,
+        args: serde_json::Value,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -132,6 +146,19 @@ pub fn execute(store: &Store, req: &Request, progress: &dyn Progress) -> Result<
         }
         Request::Consistency { volume, mode: None } => serde_json::to_value(store.volume(volume)?)?,
         Request::Log { volume } => log(store, volume)?,
+        Request::Volumes => serde_json::to_value(store.volumes()?)?,
+        Request::CreateVolume { name, kind, size, block_size } => {
+            serde_json::to_value(store.create_volume(name, *kind, *size, *block_size)?)?
+        }
+        Request::Extension { name, args } => match store.extension(name) {
+            Some(handler) => handler(args)?,
+            None => {
+                return Err(Error::conflict(format!(
+                    "the process holding the store at {} does not serve {name} requests",
+                    store.dir().display()
+                )));
+            }
+        },
         Request::Diff { from, to } => {
             let a = store.resolve(from)?;
             let b = match to {

@@ -65,7 +65,13 @@ pub(crate) struct Inner {
     pub heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
     /// Called after each restore (see [`Store::on_restore`]).
     pub restore_hooks: Mutex<Vec<RestoreHook>>,
+    /// Front-end requests this process serves (see [`Store::serve_extension`]).
+    pub extensions: Mutex<HashMap<String, ControlExtension>>,
 }
+
+/// A front-end's handler of its own control requests: JSON in, JSON out.
+pub type ControlExtension =
+    Arc<dyn Fn(&serde_json::Value) -> Result<serde_json::Value> + Send + Sync>;
 
 /// A front-end's reaction to a restore of a volume it serves.
 pub type RestoreHook = Arc<dyn Fn(&Restored<'_>) + Send + Sync>;
@@ -179,6 +185,7 @@ impl Store {
                 gc_lock: Mutex::new(()),
                 heads: Mutex::new(HashMap::new()),
                 restore_hooks: Mutex::new(Vec::new()),
+                extensions: Mutex::new(HashMap::new()),
             }),
         };
         // Segments below a volume's floor were folded by a checkpoint whose
@@ -482,6 +489,16 @@ impl Store {
     /// what the kernel cached of the part of the tree that changed).
     pub fn on_restore(&self, hook: RestoreHook) {
         self.inner.restore_hooks.lock().push(hook);
+    }
+
+    /// Serves control requests named `name` in this process with `handler`
+    /// (a mount hosts further mounts of the store it holds this way).
+    pub fn serve_extension(&self, name: &str, handler: ControlExtension) {
+        self.inner.extensions.lock().insert(name.to_string(), handler);
+    }
+
+    pub(crate) fn extension(&self, name: &str) -> Option<ControlExtension> {
+        self.inner.extensions.lock().get(name).cloned()
     }
 
     /// Durably syncs every write acknowledged so far: the data log first,

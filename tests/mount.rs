@@ -267,14 +267,9 @@ fn versions_taken_diffed_and_restored_while_mounted() {
     assert_eq!(diff(&store, "live@s1", "live"), changes);
     unsafe { libc::closedir(root) };
 
-    // A fork while mounted shares s1; a second mount of the store is refused.
+    // A fork while mounted shares s1.
     ok(&store, &["fork", "live@s1", "copy"]);
     assert_eq!(diff(&store, "live@s1", "copy"), BTreeSet::new());
-    let other = tempfile::tempdir().unwrap();
-    let (code, msg) = fails(&store, &["mount", "copy", other.path().to_str().unwrap(), "--daemon"]);
-    assert_ne!(code, 0);
-    assert!(msg.contains("in use") && msg.contains(store.to_str().unwrap()), "{msg}");
-    assert!(!common::mount::is_fuse_mount(other.path()));
     m.unmount();
 
     // A version mounts read-only, with its content.
@@ -320,4 +315,55 @@ fn open_unlinked_file_lives_until_closed_and_never_shows_in_versions() {
     m.unmount();
     let fsck = common::forkfs(&store, &["fsck"]);
     assert!(fsck.status.success(), "fsck: {}", String::from_utf8_lossy(&fsck.stdout));
+}
+
+/// Every mount of a store is served by the process that holds it: forks
+/// read-write and any number of versions read-only, next to the first
+/// mount, which may end first; one writer per volume.
+#[test]
+fn later_mounts_are_hosted_by_the_process_holding_the_store() {
+    let (_d, store) = new_store();
+    let live = Mounted::new(&store, "live", &["--checkpoint-every", "0"]);
+    std::fs::write(live.path("f"), b"one").unwrap();
+    ok(&store, &["snapshot", "live", "--name", "s1"]);
+    std::fs::write(live.path("f"), b"two").unwrap();
+    ok(&store, &["snapshot", "live", "--name", "s2"]);
+    ok(&store, &["fork", "live@s1", "copy"]);
+
+    let copy = Mounted::new(&store, "copy", &[]);
+    assert_eq!(copy.pid(), live.pid(), "the holder of the store serves the fork");
+    let v1 = Mounted::new(&store, "live@s1", &["--read-only"]);
+    let v2 = Mounted::new(&store, "live@s2", &["--read-only"]);
+    let v1b = Mounted::new(&store, "live@s1", &["--read-only"]);
+    assert_eq!(std::fs::read(copy.path("f")).unwrap(), b"one");
+    assert_eq!(std::fs::read(v1.path("f")).unwrap(), b"one");
+    assert_eq!(std::fs::read(v2.path("f")).unwrap(), b"two");
+    assert_eq!(std::fs::read(v1b.path("f")).unwrap(), b"one");
+    std::fs::write(copy.path("f"), b"forked").unwrap();
+    assert_eq!(std::fs::read(live.path("f")).unwrap(), b"two", "forks share nothing mutable");
+
+    // One writer per volume: a second read-write mount is refused.
+    let other = tempfile::tempdir().unwrap();
+    let (code, msg) = fails(&store, &["mount", "live", other.path().to_str().unwrap(), "--daemon"]);
+    assert_eq!(code, 75, "{msg}");
+    assert!(msg.contains("already mounted read-write"), "{msg}");
+    assert!(!common::mount::is_fuse_mount(other.path()));
+
+    // A restore of live drops the kernel's caches of live only.
+    ok(&store, &["restore", "live", "s1"]);
+    assert_eq!(std::fs::read(live.path("f")).unwrap(), b"one");
+    assert_eq!(std::fs::read(v2.path("f")).unwrap(), b"two");
+
+    // The first mount ends first; the others go on, then the process ends.
+    let pid = live.pid();
+    live.unmount();
+    assert!(!common::mount::wait_gone(pid, 0), "the holder left with mounts still up");
+    std::fs::write(copy.path("g"), b"after").unwrap();
+    for m in [v1, v2, v1b] {
+        m.unmount();
+    }
+    copy.unmount();
+    assert!(common::mount::wait_gone(pid, 10), "the holder outlived its last mount");
+    let want = set(&[("modified", "/f", ""), ("added", "/g", "")]);
+    assert_eq!(diff(&store, "live@s1", "copy"), want, "the fork's writes were kept");
 }

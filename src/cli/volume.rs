@@ -57,7 +57,6 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     if let Cmd::Consistency { name, mode } = c {
         return consistency(g, &name, mode.as_deref());
     }
-    let store = g.open()?;
     match c {
         Cmd::Create { name, block, size, block_size } => {
             let kind = if block { VolumeKind::Block } else { VolumeKind::Fs };
@@ -67,14 +66,17 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
                 .map(u32::try_from)
                 .transpose()
                 .map_err(|_| forkfs::Error::invalid("block size too large"))?;
-            let rec = store.create_volume(&name, kind, size, bs)?;
+            let req = Request::CreateVolume { name, kind, size, block_size: bs };
+            let rec: VolumeRecord =
+                serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
             if g.json {
                 return print_json(&rec);
             }
             println!("created {} volume {} ({})", rec.kind, rec.name, bytes(rec.size));
         }
         Cmd::List => {
-            let vols = store.volumes()?;
+            let vols: Vec<VolumeRecord> =
+                serde_json::from_value(control::run(&g.store_dir(), &Request::Volumes, &Quiet)?)?;
             if g.json {
                 return print_json(&vols);
             }
@@ -91,13 +93,14 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Delete { name } => {
-            store.delete_volume(&name)?;
+            g.open()?.delete_volume(&name)?;
             if g.json {
                 return print_json(&serde_json::json!({ "deleted": name }));
             }
             println!("deleted volume {name}");
         }
         Cmd::Retention { name, keep_recent, unit, per_bucket, auto_prune, default } => {
+            let store = g.open()?;
             let rec = store.volume(&name)?;
             let changed = keep_recent.is_some()
                 || unit.is_some()

@@ -6,17 +6,17 @@
 mod convert;
 mod fuse;
 mod history;
+mod host;
 mod record;
 mod workspace;
 
 use anyhow::{Context, Result, bail};
-use forkfs::{Error, Store, VolumeKind};
+use forkfs::{Error, Store};
 use std::io::{BufRead, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use workspace::{Source, Workspace};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -66,64 +66,86 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
     // Before any thread starts (the store starts several): every thread
     // inherits the mask, so only the signal thread ever receives them.
     let signals = block_stop_signals();
-    let dir = std::fs::canonicalize(&a.dir).map_err(|e| {
-        let kind = if e.kind() == std::io::ErrorKind::NotFound {
-            forkfs::ErrorKind::NotFound
-        } else {
-            forkfs::ErrorKind::InvalidInput
-        };
-        Error::new(kind, format!("mount point {}: {e}", a.dir.display()))
-    })?;
-    if !dir.is_dir() {
-        bail!("{} is not a directory", dir.display());
-    }
+    let req = request(a)?;
     let store_dir = g.store_dir();
-    let store = open_store(&store_dir, a)?;
-    let (vol_name, version) = match a.spec.split_once('@') {
-        Some((v, _)) => (v.to_string(), Some(store.resolve_version(&a.spec)?)),
-        None => (a.spec.clone(), None),
+    let store = match Store::open(&store_dir) {
+        Ok(s) => s,
+        Err(e) if e.kind() == forkfs::ErrorKind::Conflict => {
+            return hosted(&store_dir, &req, report, signals);
+        }
+        Err(e) => return Err(e.into()),
     };
-    let vol = store.volume(&vol_name)?;
-    if vol.kind != VolumeKind::Fs {
-        bail!(Error::invalid(format!(
-            "{vol_name} is a block volume: serve it with forkfs nbd serve"
-        )));
+    let host = host::Host::new(store.clone());
+    let control = forkfs::control::serve(store.clone())?;
+    host.mount(&req)?;
+    stop_on_signals(signals, host.clone())?;
+    ready(
+        report,
+        std::process::id(),
+        &format!("{} mounted on {}", a.spec, req.dir.display()),
+        &req,
+    );
+    let failure = host.wait();
+    drop(control);
+    store.sync()?;
+    match failure {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
-    let source = match version {
-        Some(v) if a.read_only => Source::Version(v),
-        Some(_) => bail!(Error::invalid("a version can only be mounted --read-only")),
-        None => {
-            let head = store.open_volume(&vol_name)?;
-            if !a.read_only {
-                let n = head.reap_orphans()?;
-                if n > 0 {
-                    tracing::info!(count = n, "deleted files left open by an earlier mount");
-                }
-            }
-            Source::Live(head)
-        }
+}
+
+/// The store is held by another process: ask it to host this mount too.
+fn hosted(
+    store_dir: &Path,
+    req: &host::MountRequest,
+    report: bool,
+    signals: libc::sigset_t,
+) -> Result<()> {
+    let call = forkfs::control::Request::Extension {
+        name: host::MOUNT_REQUEST.into(),
+        args: serde_json::to_value(req)?,
     };
-    let ws = Arc::new(Workspace::new(store.clone(), source, vol_name.clone(), a.read_only));
-    let _control = forkfs::control::serve(store.clone())?;
-    let mut session =
-        fuser::Session::new(fuse::Fuse { ws: ws.clone() }, &dir, &config(a, &vol_name))
-            .with_context(|| format!("mounting {} on {}", vol_name, dir.display()))?;
-    let _record = record::Record::write(&store_dir, &dir, &vol_name)?;
-    let notifier = session.notifier();
-    // Weak: the store keeps its hooks, and the workspace keeps the store.
-    let hook_ws = Arc::downgrade(&ws);
-    let hook_vol = vol_name.clone();
-    store.on_restore(Arc::new(move |r: &forkfs::store::Restored<'_>| {
-        if let Some(ws) = hook_ws.upgrade().filter(|_| r.volume == hook_vol) {
-            invalidate(&ws.store, r.before.root, r.to.root, &notifier);
-        }
-    }));
-    stop_on_signals(signals, session.unmount_callable())?;
-    let stop: Stop = Arc::default();
-    let checkpoints = (!a.read_only && !a.checkpoint_every.is_zero())
-        .then(|| checkpointer(store.clone(), vol_name.clone(), a.checkpoint_every, stop.clone()));
+    let pid = match forkfs::control::call(store_dir, &call) {
+        Ok(v) => v["pid"].as_u64().unwrap_or(0),
+        Err(e) => bail!(Error::new(e.kind(), format!("cannot mount {}: {e}", req.spec))),
+    };
+    let what = format!(
+        "{} mounted on {} by pid {pid}, which holds the store",
+        req.spec,
+        req.dir.display()
+    );
+    ready(report, pid as u32, &what, req);
     if report {
-        println!("ready {}", std::process::id());
+        return Ok(());
+    }
+    // In the foreground: stay until the mount ends; a stop signal unmounts.
+    let dir = req.dir.clone();
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        unsafe { libc::sigwait(&signals, &mut sig) };
+        let _ = std::process::Command::new("fusermount3").arg("-u").arg(&dir).status();
+    });
+    while record::Record::find(store_dir, &req.dir).is_some() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+fn request(a: &Args) -> Result<host::MountRequest> {
+    Ok(host::MountRequest {
+        spec: a.spec.clone(),
+        dir: host::mount_point(&a.dir)?,
+        read_only: a.read_only,
+        checkpoint_every_ms: a.checkpoint_every.as_millis() as u64,
+        threads: a.threads,
+    })
+}
+
+/// Tells the `--daemon` parent (or the terminal) that the mount is up.
+fn ready(report: bool, pid: u32, what: &str, req: &host::MountRequest) {
+    if report {
+        let hosted = if pid == std::process::id() { "" } else { " hosted" };
+        println!("ready {pid}{hosted}");
         let _ = std::io::stdout().flush();
         // The parent stops reading now: nothing more goes to that pipe.
         if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
@@ -131,66 +153,13 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
             unsafe { libc::dup2(null.as_raw_fd(), 1) };
         }
     } else {
-        eprintln!(
-            "forkfs: {} mounted on {} (forkfs umount {} to stop)",
-            a.spec,
-            dir.display(),
-            dir.display()
-        );
+        eprintln!("forkfs: {what} (forkfs umount {} to stop)", req.dir.display());
     }
-    let result = session.run();
-    *stop.0.lock() = true;
-    stop.1.notify_all();
-    if let Some(t) = checkpoints {
-        let _ = t.join();
-    }
-    if !a.read_only {
-        checkpoint(&store, &vol_name).context("final checkpoint")?;
-    }
-    store.sync()?;
-    result.context("FUSE session")?;
-    Ok(())
-}
-
-fn open_store(dir: &Path, a: &Args) -> Result<Store> {
-    match Store::open(dir) {
-        Ok(s) => Ok(s),
-        Err(e) if e.kind() == forkfs::ErrorKind::Conflict => {
-            let held = record::describe_holder(dir);
-            bail!(Error::conflict(format!(
-                "cannot mount {}: the store at {} is in use by another process{held}; one process serves a store (unmount it or stop that server first)",
-                a.spec,
-                dir.display()
-            )))
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn config(a: &Args, vol: &str) -> fuser::Config {
-    use fuser::MountOption as M;
-    let mut c = fuser::Config::default();
-    c.mount_options = vec![
-        M::FSName(format!("forkfs:{vol}")),
-        M::Subtype("forkfs".into()),
-        M::DefaultPermissions,
-        M::NoAtime,
-    ];
-    if a.read_only {
-        c.mount_options.push(M::RO);
-    }
-    // Root's mounts serve every user, like any other filesystem.
-    if unsafe { libc::geteuid() } == 0 {
-        c.acl = fuser::SessionACL::All;
-    }
-    c.n_threads = Some(a.threads.clamp(1, 64));
-    c.clone_fd = true;
-    c
 }
 
 /// Drops what the kernel may cache of the part of the tree a restore
 /// changed: O(changes), whatever the size of the tree.
-fn invalidate(
+pub(crate) fn invalidate(
     store: &Store,
     before: forkfs::map::MapRoot,
     after: forkfs::map::MapRoot,
@@ -219,11 +188,8 @@ fn invalidate(
     );
 }
 
-/// Set (and notified) when the session has ended.
-type Stop = Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
-
 /// An automatic version, unless nothing changed since the last one.
-fn checkpoint(store: &Store, vol: &str) -> forkfs::Result<forkfs::VersionRecord> {
+pub(crate) fn checkpoint(store: &Store, vol: &str) -> forkfs::Result<forkfs::VersionRecord> {
     let opts = forkfs::SnapshotOptions {
         origin: Some(forkfs::Origin::Auto),
         skip_if_clean: true,
@@ -246,33 +212,34 @@ fn block_stop_signals() -> libc::sigset_t {
     }
 }
 
-/// SIGTERM, SIGINT and SIGHUP unmount (the session then ends normally).
-fn stop_on_signals(set: libc::sigset_t, mut unmount: fuser::SessionUnmounter) -> Result<()> {
-    unsafe {
-        std::thread::Builder::new().name("forkfs-signals".into()).spawn(move || {
-            let mut sig = 0;
-            libc::sigwait(&set, &mut sig);
-            tracing::info!(signal = sig, "unmounting");
-            if let Err(e) = unmount.unmount() {
-                tracing::warn!(error = %e, "unmount failed");
-            }
-        })?;
-    }
+/// SIGTERM, SIGINT and SIGHUP unmount everything this process serves
+/// (each session then ends normally, with a last checkpoint).
+fn stop_on_signals(set: libc::sigset_t, host: Arc<host::Host>) -> Result<()> {
+    std::thread::Builder::new().name("forkfs-signals".into()).spawn(move || {
+        let mut sig = 0;
+        unsafe { libc::sigwait(&set, &mut sig) };
+        tracing::info!(signal = sig, "unmounting");
+        host.unmount_all();
+    })?;
     Ok(())
 }
 
-fn checkpointer(
-    store: Store,
-    vol: String,
-    every: Duration,
-    stop: Stop,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+/// Records a version every `every` while something changed; stops (and
+/// is joined) when dropped.
+pub(crate) struct Checkpointer {
+    stop: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+pub(crate) fn checkpointer(store: Store, vol: String, every: Duration) -> Checkpointer {
+    let stop: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)> = Arc::default();
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
         loop {
             {
-                let mut stopped = stop.0.lock();
+                let mut stopped = flag.0.lock();
                 if !*stopped {
-                    stop.1.wait_for(&mut stopped, every);
+                    flag.1.wait_for(&mut stopped, every);
                 }
                 if *stopped {
                     return;
@@ -282,7 +249,18 @@ fn checkpointer(
                 tracing::warn!(volume = %vol, error = %e, "checkpoint failed");
             }
         }
-    })
+    });
+    Checkpointer { stop, thread: Some(thread) }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// `--daemon`: runs the mount as a detached child and returns once it is
@@ -311,13 +289,20 @@ fn daemonize(g: &crate::cli::Global, a: &Args) -> Result<()> {
     let out = child.stdout.take().expect("piped");
     for line in std::io::BufReader::new(out).lines() {
         let line = line?;
-        if let Some(pid) = line.strip_prefix("ready ") {
-            println!(
-                "{} mounted on {} (pid {pid}; log {})",
-                a.spec,
-                a.dir.display(),
-                log_path.display()
-            );
+        if let Some(rest) = line.strip_prefix("ready ") {
+            match rest.strip_suffix(" hosted") {
+                Some(pid) => println!(
+                    "{} mounted on {} (pid {pid}, which holds the store and serves its other mounts)",
+                    a.spec,
+                    a.dir.display()
+                ),
+                None => println!(
+                    "{} mounted on {} (pid {rest}; log {})",
+                    a.spec,
+                    a.dir.display(),
+                    log_path.display()
+                ),
+            }
             return Ok(());
         }
         if let Some(e) = line.strip_prefix("error: ") {
@@ -331,8 +316,9 @@ fn daemonize(g: &crate::cli::Global, a: &Args) -> Result<()> {
     bail!("the mount process exited ({status}) before mounting; see {}", log_path.display())
 }
 
-/// `forkfs umount DIR`: unmounts, then waits for the mount process to
-/// finish its last checkpoint and release the store.
+/// `forkfs umount DIR`: unmounts, then waits for the mount's last
+/// checkpoint and, when it was the last mount of its process, for the
+/// process to release the store.
 pub fn umount(g: &crate::cli::Global, a: UmountArgs) -> Result<()> {
     let dir = std::fs::canonicalize(&a.dir).with_context(|| format!("{}", a.dir.display()))?;
     let holder = record::Record::find(&g.store_dir(), &dir);
@@ -350,8 +336,14 @@ pub fn umount(g: &crate::cli::Global, a: UmountArgs) -> Result<()> {
         }
     }
     if let Some(pid) = holder {
+        // The mount's last checkpoint is done when its record goes; the
+        // store is free when its process exits, unless it serves others.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while record::alive(pid) && std::time::Instant::now() < deadline {
+        let store = g.store_dir();
+        while std::time::Instant::now() < deadline
+            && record::alive(pid)
+            && (record::Record::find(&store, &dir).is_some() || !record::serves_any(&store, pid))
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -1,6 +1,6 @@
 //! `<store>/mounts/<id>.json`: which process mounts what where, so
-//! `forkfs umount` can wait for it and a refused mount can say who holds
-//! the store. Informational: the store's own lock is what excludes.
+//! `forkfs umount` can wait for a mount's end and its process's.
+//! Informational: the store's own lock is what excludes.
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -54,16 +54,14 @@ pub fn alive(pid: u32) -> bool {
             .unwrap_or(false)
 }
 
-/// " (a mount of VOL on DIR, pid N)" for each live mount recorded, or "".
-pub fn describe_holder(store: &Path) -> String {
-    let Ok(rd) = std::fs::read_dir(store.join("mounts")) else { return String::new() };
-    let mut out = Vec::new();
-    for e in rd.flatten() {
-        let Ok(b) = std::fs::read(e.path()) else { continue };
-        let Ok(m) = serde_json::from_slice::<Entry>(&b) else { continue };
-        if alive(m.pid) {
-            out.push(format!("a mount of {} on {}, pid {}", m.volume, m.dir.display(), m.pid));
-        }
-    }
-    if out.is_empty() { String::new() } else { format!(" ({})", out.join("; ")) }
+/// Live mounts recorded in `store`.
+fn live(store: &Path) -> Vec<Entry> {
+    let Ok(rd) = std::fs::read_dir(store.join("mounts")) else { return Vec::new() };
+    let read = |p: PathBuf| serde_json::from_slice::<Entry>(&std::fs::read(p).ok()?).ok();
+    rd.flatten().filter_map(|e| read(e.path())).filter(|m| alive(m.pid)).collect()
+}
+
+/// True when process `pid` still serves a mount of `store`.
+pub fn serves_any(store: &Path, pid: u32) -> bool {
+    live(store).iter().any(|m| m.pid == pid)
 }

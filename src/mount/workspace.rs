@@ -50,6 +50,11 @@ impl Workspace {
         }
     }
 
+    /// Shows the live head (not a fixed version).
+    pub fn is_live(&self) -> bool {
+        matches!(self.source, Source::Live(_))
+    }
+
     pub fn reader(&self) -> FsReader<'_> {
         match &self.source {
             Source::Live(h) => h.fs(),

@@ -23,6 +23,8 @@ pub struct Mounted {
     store: PathBuf,
     vol: String,
     pid: u32,
+    /// Served by a process that held the store already (and outlives it).
+    hosted: bool,
     log: PathBuf,
     // Declared last: removed after the unmount in `drop`.
     dir: tempfile::TempDir,
@@ -45,9 +47,12 @@ impl Mounted {
         args.extend_from_slice(extra);
         let out = ok(store, &args);
         let pid = mount_pid(&out);
-        let log = out.trim_end().rsplit_once("; log ").expect("log path in mount output").1;
-        let log = PathBuf::from(log.trim_end_matches(')'));
-        let m = Mounted { store: store.to_path_buf(), vol: vol.to_string(), pid, log, dir };
+        let hosted = out.contains("serves its other mounts");
+        let log = match out.trim_end().rsplit_once("; log ") {
+            Some((_, l)) => PathBuf::from(l.trim_end_matches(')')),
+            None => PathBuf::new(),
+        };
+        let m = Mounted { store: store.to_path_buf(), vol: vol.to_string(), pid, hosted, log, dir };
         assert!(is_fuse_mount(m.dir()), "{path} is not a FUSE mount after: {out}");
         m
     }
@@ -88,8 +93,14 @@ impl Mounted {
             self.log()
         );
         assert!(!is_fuse_mount(self.dir.path()), "still mounted after umount");
-        // umount returns once the mount process has released the store.
-        assert!(wait_gone(self.pid, 0), "mount process {} outlived forkfs umount", self.pid);
+        // umount returns once the mount process has released the store,
+        // unless it still serves other mounts.
+        let serving = || records_of(&self.store, self.pid) > 0;
+        assert!(
+            wait_gone(self.pid, 0) || serving(),
+            "mount process {} outlived forkfs umount with no mounts left",
+            self.pid
+        );
         // Drop runs again: a second umount fails harmlessly.
     }
 
@@ -119,17 +130,33 @@ impl Drop for Mounted {
         }
         // A detached mount lives on while something holds a file in it
         // (a failed test): the process is ours, so end it.
-        if !wait_gone(self.pid, 5) {
+        let serving = records_of(&self.store, self.pid) > 0;
+        if !self.hosted && !serving && !wait_gone(self.pid, 5) {
             unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
             wait_gone(self.pid, 10);
         }
     }
 }
 
-/// The pid in `VOL mounted on DIR (pid N; log PATH)`.
+/// How many mounts the store's records say process `pid` serves.
+pub fn records_of(store: &Path, pid: u32) -> usize {
+    let Ok(rd) = std::fs::read_dir(store.join("mounts")) else { return 0 };
+    let pid_of = |p: PathBuf| -> Option<u64> {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
+        v["pid"].as_u64()
+    };
+    rd.flatten().filter(|e| pid_of(e.path()) == Some(pid as u64)).count()
+}
+
+/// The pid in `VOL mounted on DIR (pid N; log PATH)` or `(pid N, which ...)`.
 pub fn mount_pid(out: &str) -> u32 {
     let rest = out.split("(pid ").nth(1).unwrap_or_else(|| panic!("no pid in {out:?}"));
-    rest.split(';').next().unwrap().trim().parse().unwrap_or_else(|_| panic!("pid in {out:?}"))
+    rest.split([';', ','])
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("pid in {out:?}"))
 }
 
 /// Whether `dir` is itself a FUSE mount point (per /proc/self/mountinfo).

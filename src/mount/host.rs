@@ -1,0 +1,252 @@
+//! The process that holds a store serves every mount of it: the first
+//! `forkfs mount` opens the store, and later ones (other volumes, forks,
+//! any number of read-only versions) ask it over the control socket to
+//! mount them too. Each mount is one FUSE session on its own thread; the
+//! process ends when its last mount does.
+
+use super::fuse::Fuse;
+use super::record::Record;
+use super::workspace::{Source, Workspace};
+use forkfs::{Error, Result, Store, VolumeKind};
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// The control request's name (see [`forkfs::control::Request::Extension`]).
+pub const MOUNT_REQUEST: &str = "mount";
+
+/// One mount, as asked for on the command line or over the control socket.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct MountRequest {
+    pub spec: String,
+    /// Absolute and canonical.
+    pub dir: PathBuf,
+    pub read_only: bool,
+    pub checkpoint_every_ms: u64,
+    pub threads: usize,
+}
+
+pub struct Host {
+    store: Store,
+    state: Mutex<State>,
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    running: usize,
+    /// Set once the last mount ended: the process is on its way out.
+    closing: bool,
+    /// Volumes mounted read-write (one writer per volume).
+    writers: HashSet<String>,
+    unmounters: Vec<(PathBuf, fuser::SessionUnmounter)>,
+    /// Why the first mount to fail ended (the process's exit status).
+    failure: Option<Error>,
+}
+
+impl Host {
+    /// Also answers mount requests arriving on `store`'s control socket.
+    pub fn new(store: Store) -> Arc<Host> {
+        let host = Arc::new(Host { store, state: Mutex::default(), ended: Condvar::new() });
+        let weak: Weak<Host> = Arc::downgrade(&host);
+        host.store.serve_extension(
+            MOUNT_REQUEST,
+            Arc::new(move |args: &serde_json::Value| {
+                let req: MountRequest = serde_json::from_value(args.clone())
+                    .map_err(|e| Error::invalid(format!("bad mount request: {e}")))?;
+                let host = weak.upgrade().ok_or_else(shutting_down)?;
+                host.mount(&req)?;
+                Ok(serde_json::json!({ "pid": std::process::id() }))
+            }),
+        );
+        host
+    }
+
+    /// Mounts `req` and serves it on a thread of its own; returns once the
+    /// kernel has the mount.
+    pub fn mount(self: &Arc<Self>, req: &MountRequest) -> Result<()> {
+        let (vol, source) = self.source(req)?;
+        let writer = !req.read_only;
+        {
+            let mut st = self.state.lock();
+            if st.closing {
+                return Err(shutting_down());
+            }
+            if writer && !st.writers.insert(vol.clone()) {
+                return Err(Error::conflict(format!(
+                    "{vol} is already mounted read-write (one writer per volume; mount a version --read-only, or fork it)"
+                )));
+            }
+            st.running += 1;
+        }
+        let started = self.start(req, &vol, source);
+        if started.is_err() {
+            self.end(&vol, writer, None);
+        }
+        started
+    }
+
+    fn source(&self, req: &MountRequest) -> Result<(String, Source)> {
+        let (vol, version) = match req.spec.split_once('@') {
+            Some((v, _)) => (v.to_string(), Some(self.store.resolve_version(&req.spec)?)),
+            None => (req.spec.clone(), None),
+        };
+        let rec = self.store.volume(&vol)?;
+        if rec.kind != VolumeKind::Fs {
+            return Err(Error::invalid(format!(
+                "{vol} is a block volume: serve it with forkfs-nbd serve"
+            )));
+        }
+        let source = match version {
+            Some(v) if req.read_only => Source::Version(v),
+            Some(_) => return Err(Error::invalid("a version can only be mounted --read-only")),
+            None => Source::Live(self.store.open_volume(&vol)?),
+        };
+        Ok((vol, source))
+    }
+
+    fn start(self: &Arc<Self>, req: &MountRequest, vol: &str, source: Source) -> Result<()> {
+        if let (Source::Live(head), false) = (&source, req.read_only) {
+            let n = head.reap_orphans()?;
+            if n > 0 {
+                tracing::info!(
+                    volume = vol,
+                    count = n,
+                    "deleted files left open by an earlier mount"
+                );
+            }
+        }
+        let ws =
+            Arc::new(Workspace::new(self.store.clone(), source, vol.to_string(), req.read_only));
+        let mut session = fuser::Session::new(Fuse { ws: ws.clone() }, &req.dir, &config(req, vol))
+            .map_err(|e| {
+                Error::new(
+                    forkfs::ErrorKind::Unavailable,
+                    format!("mounting {vol} on {}: {e}", req.dir.display()),
+                )
+            })?;
+        let record = Record::write(self.store.dir(), &req.dir, &req.spec)
+            .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
+        self.watch_restores(&ws, vol, session.notifier());
+        self.state.lock().unmounters.push((req.dir.clone(), session.unmount_callable()));
+        let (host, req, vol) = (self.clone(), req.clone(), vol.to_string());
+        std::thread::Builder::new().name(format!("forkfs-mount-{vol}")).spawn(move || {
+            let every = Duration::from_millis(req.checkpoint_every_ms);
+            let checkpoints = (!req.read_only && !every.is_zero())
+                .then(|| super::checkpointer(host.store.clone(), vol.clone(), every));
+            tracing::info!(volume = %vol, spec = %req.spec, dir = %req.dir.display(), "mounted");
+            let result = session.run().map_err(|e| {
+                Error::new(forkfs::ErrorKind::Unavailable, format!("FUSE session: {e}"))
+            });
+            drop(checkpoints);
+            let last = if req.read_only {
+                Ok(())
+            } else {
+                super::checkpoint(&host.store, &vol).map(|_| ())
+            };
+            let result = result.and(last);
+            if let Err(e) = &result {
+                tracing::error!(volume = %vol, error = %e, "mount ended with an error");
+            }
+            tracing::info!(volume = %vol, dir = %req.dir.display(), "unmounted");
+            host.state.lock().unmounters.retain(|(d, _)| *d != req.dir);
+            host.end(&vol, !req.read_only, result.err());
+            // Last: `forkfs umount` waits for the record to go.
+            drop(record);
+        })?;
+        Ok(())
+    }
+
+    fn watch_restores(&self, ws: &Arc<Workspace>, vol: &str, notifier: fuser::Notifier) {
+        // Weak: the store keeps its hooks, and the workspace keeps the store.
+        let ws = Arc::downgrade(ws);
+        let vol = vol.to_string();
+        self.store.on_restore(Arc::new(move |r: &forkfs::store::Restored<'_>| {
+            let live = ws.upgrade().filter(|w| r.volume == vol && w.is_live());
+            if let Some(w) = live {
+                super::invalidate(&w.store, r.before.root, r.to.root, &notifier);
+            }
+        }));
+    }
+
+    fn end(&self, vol: &str, writer: bool, failure: Option<Error>) {
+        let mut st = self.state.lock();
+        if writer {
+            st.writers.remove(vol);
+        }
+        if st.failure.is_none() {
+            st.failure = failure;
+        }
+        st.running -= 1;
+        if st.running == 0 {
+            st.closing = true;
+            self.ended.notify_all();
+        }
+    }
+
+    /// Unmounts everything (a stop signal).
+    pub fn unmount_all(&self) {
+        let mut st = self.state.lock();
+        for (dir, u) in st.unmounters.iter_mut() {
+            if let Err(e) = u.unmount() {
+                tracing::warn!(dir = %dir.display(), error = %e, "unmount failed");
+            }
+        }
+    }
+
+    /// Waits until every mount has ended; the first failure, if any.
+    pub fn wait(&self) -> Option<Error> {
+        let mut st = self.state.lock();
+        while !st.closing {
+            self.ended.wait(&mut st);
+        }
+        st.failure.take()
+    }
+}
+
+fn shutting_down() -> Error {
+    Error::new(
+        forkfs::ErrorKind::Unavailable,
+        "the process holding the store is shutting down; try again",
+    )
+}
+
+fn config(req: &MountRequest, vol: &str) -> fuser::Config {
+    use fuser::MountOption as M;
+    let mut c = fuser::Config::default();
+    c.mount_options = vec![
+        M::FSName(format!("forkfs:{vol}")),
+        M::Subtype("forkfs".into()),
+        M::DefaultPermissions,
+        M::NoAtime,
+    ];
+    if req.read_only {
+        c.mount_options.push(M::RO);
+    }
+    // Root's mounts serve every user, like any other filesystem.
+    if unsafe { libc::geteuid() } == 0 {
+        c.acl = fuser::SessionACL::All;
+    }
+    c.n_threads = Some(req.threads.clamp(1, 64));
+    c.clone_fd = true;
+    c
+}
+
+/// The mount point, checked: absolute, canonical, a directory.
+pub fn mount_point(dir: &std::path::Path) -> Result<PathBuf> {
+    let canon = std::fs::canonicalize(dir).map_err(|e| {
+        let kind = if e.kind() == std::io::ErrorKind::NotFound {
+            forkfs::ErrorKind::NotFound
+        } else {
+            forkfs::ErrorKind::InvalidInput
+        };
+        Error::new(kind, format!("mount point {}: {e}", dir.display()))
+    })?;
+    if !canon.is_dir() {
+        return Err(Error::invalid(format!("{} is not a directory", canon.display())));
+    }
+    Ok(canon)
+}

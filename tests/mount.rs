@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::mount::{Mounted, cpath, new_store, require_tool, run};
+use common::mount::{Mounted, cpath, lstat, new_store, require_tool, run};
 use common::{fails, json, ok};
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, symlink};
@@ -366,4 +366,36 @@ fn later_mounts_are_hosted_by_the_process_holding_the_store() {
     assert!(common::mount::wait_gone(pid, 10), "the holder outlived its last mount");
     let want = set(&[("modified", "/f", ""), ("added", "/g", "")]);
     assert_eq!(diff(&store, "live@s1", "copy"), want, "the fork's writes were kept");
+}
+
+#[test]
+fn hard_link_paths_in_diffs_follow_the_remaining_name() {
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "links", &["--checkpoint-every", "0"]);
+    for (case, rmdir) in [("keep", false), ("rmdir", true)] {
+        let d = m.path(case);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::fs::write(d.join("sub/first"), b"one").unwrap();
+        std::fs::hard_link(d.join("sub/first"), d.join("second")).unwrap();
+        ok(&store, &["snapshot", "links", "--name", case]);
+        // The first name goes (and, in one case, its directory too).
+        std::fs::remove_file(d.join("sub/first")).unwrap();
+        if rmdir {
+            std::fs::remove_dir(d.join("sub")).unwrap();
+        }
+        std::fs::write(d.join("second"), b"one, then two").unwrap();
+        assert_eq!(lstat(&d.join("second")).st_nlink, 1);
+        let out = common::forkfs(&store, &["--json", "diff", &format!("links@{case}"), "links"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{case}: diff failed: {err}");
+        let got = diff(&store, &format!("links@{case}"), "links");
+        let exists = |p: &str| std::fs::symlink_metadata(m.path(&p[1..])).is_ok();
+        for (change, path, _) in &got {
+            let now = change != "deleted";
+            assert_eq!(exists(path), now, "{case}: {change} {path}, yet it exists: {}", !now);
+        }
+        let second = format!("/{case}/second");
+        assert!(got.iter().any(|(_, p, _)| *p == second), "{case}: {second} missing in {got:?}");
+    }
 }

@@ -96,6 +96,7 @@ pub fn virtual_dir(ino: u64) -> Inode {
         name: bytes::Bytes::new(),
         content: forkfs::volume::inode::Content::Entries(None),
         xattrs: Vec::new(),
+        links: Vec::new(),
     }
 }
 

@@ -37,6 +37,7 @@ pub fn initial_root(nodes: &dyn NodeStore) -> Result<MapRoot> {
         name: Bytes::new(),
         content: Content::Entries(None),
         xattrs: Vec::new(),
+        links: Vec::new(),
     };
     Map::new(nodes).apply(
         None,

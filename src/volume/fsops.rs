@@ -147,6 +147,7 @@ impl Head {
                 name: Bytes::copy_from_slice(name),
                 content,
                 xattrs: Vec::new(),
+                links: Vec::new(),
             };
             t.add_entry(dir, name, ino, node.kind)?;
             (parent.mtime, parent.ctime) = (t.now, t.now);
@@ -318,7 +319,7 @@ impl Head {
                 p.nlink -= 1;
                 t.put(p);
             }
-            t.unlink_inode(target, open)
+            t.unlink_inode(target, (dir, name), open)
         })
     }
 
@@ -347,6 +348,7 @@ impl Head {
             t.add_entry(dir, name, ino, inode.kind)?;
             t.touch_dir(dir)?;
             inode.nlink += 1;
+            inode.links.push((dir, bytes::Bytes::copy_from_slice(name)));
             inode.ctime = t.now;
             t.put(inode.clone());
             Ok(inode)

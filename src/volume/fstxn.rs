@@ -133,11 +133,17 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// Drops one link of `inode` (two for a directory: its name and its
-    /// "."). The last link deletes it, unless `open` says a process still
-    /// has it open: then it is kept as an orphan until [`Head::release`].
-    pub fn unlink_inode(&mut self, mut inode: Inode, open: &dyn Fn(u64) -> bool) -> Result<()> {
+    /// Drops the link `name` of `inode` (for a directory also its "."). The
+    /// last link deletes it, unless `open` says a process still has it
+    /// open: then it is kept as an orphan until [`Head::release`].
+    pub fn unlink_inode(
+        &mut self,
+        mut inode: Inode,
+        name: (u64, &[u8]),
+        open: &dyn Fn(u64) -> bool,
+    ) -> Result<()> {
         let dir = inode.kind == FileKind::Dir;
+        inode.drop_link(name.0, name.1);
         inode.nlink = inode.nlink.saturating_sub(if dir { 2 } else { 1 });
         inode.ctime = self.now;
         if inode.nlink > 0 {

@@ -9,6 +9,8 @@ use bytes::Bytes;
 
 pub const INODE_VERSION: u8 = 1;
 /// Key of the fs volume's own record (next inode number) in the inode map.
+/// Tags the optional tail of an inode record that lists further hard links.
+const LINKS_TAG: u8 = 1;
 pub const META_KEY: u64 = 0;
 pub const ROOT_INO: u64 = 1;
 /// Files up to this size live inside their inode record.
@@ -88,6 +90,9 @@ pub struct Inode {
     pub name: Bytes,
     pub content: Content,
     pub xattrs: Vec<(Bytes, Bytes)>,
+    /// The other names of a file with several hard links (the first is
+    /// `parent`/`name`), so its paths stay right whichever name goes.
+    pub links: Vec<(u64, Bytes)>,
 }
 
 impl Inode {
@@ -149,7 +154,39 @@ impl Inode {
             put_bytes16(&mut w, k);
             put_bytes32(&mut w, v);
         }
+        // Optional tail (absent for files with one name: their records
+        // are what they were before hard links had one).
+        if !self.links.is_empty() {
+            w.push(LINKS_TAG);
+            w.extend_from_slice(&(self.links.len() as u32).to_le_bytes());
+            for (dir, name) in &self.links {
+                w.extend_from_slice(&dir.to_le_bytes());
+                put_bytes16(&mut w, name);
+            }
+        }
         w
+    }
+
+    /// Forgets the link `dir`/`name` (being removed): the next name, if
+    /// any, becomes the first.
+    pub fn drop_link(&mut self, dir: u64, name: &[u8]) {
+        if self.parent == dir && self.name == name {
+            if !self.links.is_empty() {
+                (self.parent, self.name) = self.links.remove(0);
+            }
+        } else if let Some(i) = self.links.iter().position(|(d, n)| *d == dir && n == name) {
+            self.links.remove(i);
+        }
+    }
+
+    /// The link `from` is now called `to`.
+    pub fn move_link(&mut self, from: (u64, &[u8]), to: (u64, &[u8])) {
+        let to_name = Bytes::copy_from_slice(to.1);
+        if self.kind == FileKind::Dir || (self.parent == from.0 && self.name == from.1) {
+            (self.parent, self.name) = (to.0, to_name);
+        } else if let Some(l) = self.links.iter_mut().find(|(d, n)| *d == from.0 && n == from.1) {
+            *l = (to.0, to_name);
+        }
     }
 
     pub fn decode(b: &Bytes) -> Result<Inode> {
@@ -182,6 +219,19 @@ impl Inode {
         for _ in 0..n {
             xattrs.push((r.bytes16()?, r.bytes32()?));
         }
+        let mut links = Vec::new();
+        if r.pos < r.b.len() {
+            if r.u8()? != LINKS_TAG {
+                return Err(Error::corrupt("inode record tail is unknown"));
+            }
+            let n = r.u32()?;
+            if n as usize > r.b.len() {
+                return Err(Error::corrupt("inode link count is impossible"));
+            }
+            for _ in 0..n {
+                links.push((r.u64()?, r.bytes16()?));
+            }
+        }
         r.finish()?;
         let [atime, mtime, ctime, crtime] = times;
         Ok(Inode {
@@ -201,6 +251,7 @@ impl Inode {
             name,
             content,
             xattrs,
+            links,
         })
     }
 }
@@ -387,12 +438,30 @@ mod tests {
             name: Bytes::from_static(b"src"),
             content: Content::Entries(Some(ChunkId([3; 32]))),
             xattrs: vec![(Bytes::from_static(b"user.a"), Bytes::from_static(b"1"))],
+            links: Vec::new(),
         };
         let enc = Bytes::from(i.encode());
         assert_eq!(Inode::decode(&enc).unwrap(), i);
         for n in 0..enc.len() {
             assert!(Inode::decode(&enc.slice(..n)).is_err());
         }
+        let linked = Inode {
+            kind: FileKind::File,
+            content: Content::Inline(Bytes::from_static(b"data")),
+            links: vec![(7, Bytes::from_static(b"second")), (1, Bytes::from_static(b"third"))],
+            ..i.clone()
+        };
+        let enc = Bytes::from(linked.encode());
+        assert_eq!(Inode::decode(&enc).unwrap(), linked);
+        let plain = Inode { links: Vec::new(), ..linked.clone() }.encode().len();
+        for n in (0..enc.len()).filter(|n| *n != plain) {
+            assert!(Inode::decode(&enc.slice(..n)).is_err(), "truncated at {n}");
+        }
+        let mut moved = linked.clone();
+        moved.drop_link(1, b"src");
+        assert_eq!((moved.parent, &moved.name[..], moved.links.len()), (7, &b"second"[..], 1));
+        moved.move_link((1, b"third"), (9, b"fourth"));
+        assert_eq!(moved.links, vec![(9, Bytes::from_static(b"fourth"))]);
         let es = vec![DirEntry { name: Bytes::from_static(b"a"), ino: 9, kind: FileKind::File }];
         assert_eq!(decode_entries(&Bytes::from(encode_entries(&es))).unwrap(), es);
         assert_ne!(name_key(b"a"), 0);

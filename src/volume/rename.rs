@@ -5,7 +5,6 @@ use super::fsops::RenameMode;
 use super::fstxn::{Txn, name_of};
 use super::inode::{FileKind, Inode, ROOT_INO};
 use crate::error::{Error, Posix, Result};
-use bytes::Bytes;
 
 pub(super) fn rename(
     t: &mut Txn<'_>,
@@ -63,7 +62,7 @@ pub(super) fn rename(
         if dst.kind == FileKind::Dir {
             add_links(t, new_dir, -1)?;
         }
-        t.unlink_inode(dst, open)?;
+        t.unlink_inode(dst, (new_dir, new_name), open)?;
     }
     t.remove_entry(dir, name)?;
     t.add_entry(new_dir, new_name, src.ino, src.kind)?;
@@ -98,13 +97,9 @@ fn exchange(
     t.touch_dir(new_dir)
 }
 
-/// Records that `inode`'s link `from` is now `to` (its ctime changes; the
-/// first-link pointer follows when it named `from`).
+/// Records that `inode`'s link `from` is now `to` (its ctime changes).
 fn moved(t: &mut Txn<'_>, mut inode: Inode, from: (u64, &[u8]), to: (u64, &[u8])) {
-    if inode.kind == FileKind::Dir || (inode.parent == from.0 && inode.name == from.1) {
-        inode.parent = to.0;
-        inode.name = Bytes::copy_from_slice(to.1);
-    }
+    inode.move_link(from, to);
     inode.ctime = t.now;
     t.put(inode);
 }

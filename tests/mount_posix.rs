@@ -291,3 +291,80 @@ fn concurrent_writers_to_one_file_keep_every_write() {
     let m = remount(m);
     assert!(std::fs::read(m.path("shared")).unwrap() == want, "after a remount");
 }
+
+/// The attributes a sequence of calls leaves: (mode, uid, gid, size,
+/// atime, mtime), with times as (secs, nanos).
+type Attrs = (u32, u32, u32, i64, (i64, i64), (i64, i64));
+
+fn attrs(p: &Path) -> Attrs {
+    let s = lstat(p);
+    let (a, m) = ((s.st_atime, s.st_atime_nsec), (s.st_mtime, s.st_mtime_nsec));
+    (s.st_mode, s.st_uid, s.st_gid, s.st_size, a, m)
+}
+
+fn utimens(p: &Path, a: (i64, i64), m: (i64, i64)) {
+    let t = [
+        libc::timespec { tv_sec: a.0, tv_nsec: a.1 },
+        libc::timespec { tv_sec: m.0, tv_nsec: m.1 },
+    ];
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, cpath(p).as_ptr(), t.as_ptr(), 0) };
+    assert_eq!(r, 0, "utimensat {}: {}", p.display(), std::io::Error::last_os_error());
+}
+
+/// Attribute changes applied in `base`; returns the attributes after each.
+fn attribute_steps(base: &Path) -> Vec<(String, Attrs)> {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    let f = base.join("f");
+    let mut out = Vec::new();
+    let mut step = |what: &str, p: &Path| out.push((what.to_string(), attrs(p)));
+    std::fs::write(&f, b"0123456789").unwrap();
+    utimens(&f, (1_000_000_000, 5), (1_234_567_890, 999_999_999));
+    step("utimens", &f);
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    step("chmod 4755", &f);
+    chown(&f, Some(1234), Some(5678)).unwrap();
+    step("chown", &f);
+    utimens(&f, (-86_400, 500), (0, libc::UTIME_OMIT));
+    step("utimens before the epoch, mtime omitted", &f);
+    std::fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(100_000).unwrap();
+    let a = attrs(&f);
+    out.push(("truncate up (mtime aside)".into(), (a.0, a.1, a.2, a.3, a.4, (0, 0))));
+    utimens(&f, (1, 0), (2, 0));
+    let d = base.join("sgid");
+    std::fs::create_dir(&d).unwrap();
+    chown(&d, None, Some(777)).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    std::fs::write(d.join("file"), b"").unwrap();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    let strip = |p: &Path| {
+        let a = attrs(p);
+        (a.0, a.1, a.2, 0, (0, 0), (0, 0))
+    };
+    out.push(("file in a set-group-ID dir".into(), strip(&d.join("file"))));
+    out.push(("dir in a set-group-ID dir".into(), strip(&d.join("sub"))));
+    out.push(("final".into(), attrs(&f)));
+    out
+}
+
+#[test]
+fn attributes_match_ext4_and_persist() {
+    let native = tempfile::tempdir_in("/tmp").unwrap();
+    let want = attribute_steps(native.path());
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "attrs", &[]);
+    std::fs::create_dir(m.path("w")).unwrap();
+    assert_eq!(attribute_steps(&m.path("w")), want);
+
+    // ctime moves on chmod (and mtime does not).
+    let f = m.path("w/f");
+    let before = lstat(&f);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let after = lstat(&f);
+    assert!((after.st_ctime, after.st_ctime_nsec) > (before.st_ctime, before.st_ctime_nsec));
+    assert_eq!((after.st_mtime, after.st_mtime_nsec), (before.st_mtime, before.st_mtime_nsec));
+    let now = attrs(&f);
+    let m = remount(m);
+    assert_eq!(attrs(&m.path("w/f")), now, "after a remount");
+    assert_eq!(lstat(&m.path("w/f")).st_ctime, after.st_ctime);
+}

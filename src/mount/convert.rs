@@ -91,10 +91,21 @@ pub fn time_of(t: SystemTime) -> Time {
     }
 }
 
-pub fn time_or_now(t: TimeOrNow) -> Time {
+/// A time the kernel sent (setattr). fuser 0.18 turns the kernel's
+/// (secs < 0, nsec) into `UNIX_EPOCH - (-secs s + nsec ns)`, which is
+/// wrong for sub-second times before 1970 (-1.2 s, sent as (-2, 8e8),
+/// arrives as -2.8 s); its mapping is one-to-one, so it is undone here.
+pub fn kernel_time(t: TimeOrNow) -> Time {
     match t {
         TimeOrNow::Now => Time::now(),
-        TimeOrNow::SpecificTime(t) => time_of(t),
+        TimeOrNow::SpecificTime(t) => match t.duration_since(UNIX_EPOCH) {
+            Ok(_) => time_of(t),
+            Err(e) if e.duration().as_secs() == 0 => time_of(t),
+            Err(e) => {
+                let d = e.duration();
+                Time { secs: -(d.as_secs() as i64), nanos: d.subsec_nanos() }
+            }
+        },
     }
 }
 
@@ -132,6 +143,22 @@ mod tests {
             Time { secs: -86_400, nanos: 999_999_999 },
         ] {
             assert_eq!(time_of(system_time(t)), t);
+        }
+    }
+
+    #[test]
+    fn kernel_times_survive_fusers_pre_epoch_conversion() {
+        // What fuser 0.18 makes of the kernel's (secs, nsec).
+        let fuser = |secs: i64, nsec: u32| {
+            if secs >= 0 {
+                UNIX_EPOCH + Duration::new(secs as u64, nsec)
+            } else {
+                UNIX_EPOCH - Duration::new((-secs) as u64, nsec)
+            }
+        };
+        for (secs, nanos) in [(0, 0), (5, 7), (-1, 0), (-2, 800_000_000), (-86_400, 500)] {
+            let got = kernel_time(TimeOrNow::SpecificTime(fuser(secs, nanos)));
+            assert_eq!(got, Time { secs, nanos }, "kernel ({secs}, {nanos})");
         }
     }
 }

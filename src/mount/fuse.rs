@@ -1,7 +1,7 @@
 //! The kernel FUSE requests, answered from a [`Workspace`]. Every request
 //! is one core call; errors become errnos in `convert::errno` only.
 
-use super::convert::{attr, errno, file_type, kind_of_mode, time_or_now};
+use super::convert::{attr, errno, file_type, kernel_time, kind_of_mode};
 use super::workspace::Workspace;
 use forkfs::Error;
 use forkfs::volume::fs::{NewNode, RenameMode, SetAttr};
@@ -111,8 +111,8 @@ impl Filesystem for Fuse {
             uid,
             gid,
             size,
-            atime: atime.map(time_or_now),
-            mtime: mtime.map(time_or_now),
+            atime: atime.map(kernel_time),
+            mtime: mtime.map(kernel_time),
         };
         answer!(reply, self.set_attr(ino.0, a), |i| reply.attr(&TTL, &self.attr_of(&i)))
     }

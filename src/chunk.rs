@@ -29,11 +29,18 @@ pub struct ChunkConfig {
     pub zstd_level: i32,
     /// Bytes of decompressed chunks kept in memory.
     pub cache_bytes: u64,
+    /// A directory and byte limit for chunks fetched from a remote backend.
+    pub disk_cache: Option<(std::path::PathBuf, u64)>,
 }
 
 impl Default for ChunkConfig {
     fn default() -> Self {
-        ChunkConfig { pack_target: 16 << 20, zstd_level: 1, cache_bytes: 256 << 20 }
+        ChunkConfig {
+            pack_target: 16 << 20,
+            zstd_level: 1,
+            cache_bytes: 256 << 20,
+            disk_cache: None,
+        }
     }
 }
 
@@ -54,6 +61,10 @@ pub struct ChunkStats {
     pub bytes_plain_written: AtomicU64,
     pub bytes_stored_written: AtomicU64,
     pub packs_written: AtomicU64,
+    /// Stored bytes read from the backend for chunk reads.
+    pub fetched_bytes: AtomicU64,
+    /// Chunk reads served by the on-disk cache.
+    pub disk_cache_hits: AtomicU64,
 }
 
 /// A sealed pack on its way to the object store.
@@ -92,6 +103,8 @@ pub struct ChunkStore {
     queue: Option<crossbeam::channel::Sender<Arc<Sealed>>>,
     uploader: Option<std::thread::JoinHandle<()>>,
     cache: quick_cache::sync::Cache<ChunkId, Bytes, ByteWeight>,
+    /// Chunks of a remote backend kept on local disk.
+    disk: Option<crate::diskcache::DiskCache>,
     config: ChunkConfig,
     pub stats: Arc<ChunkStats>,
     gc: GcTrack,
@@ -140,6 +153,17 @@ impl Drop for GcScope<'_> {
     }
 }
 
+fn open_disk_cache(config: &ChunkConfig) -> Option<crate::diskcache::DiskCache> {
+    let (dir, limit) = config.disk_cache.as_ref()?;
+    match crate::diskcache::DiskCache::open(dir, *limit) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "no on-disk chunk cache");
+            None
+        }
+    }
+}
+
 impl ChunkStore {
     pub fn new(backend: Arc<Backend>, index: Arc<Index>, config: ChunkConfig) -> ChunkStore {
         let items = (config.cache_bytes / 4096).max(16) as usize;
@@ -181,6 +205,7 @@ impl ChunkStore {
             queue: Some(tx),
             uploader: Some(uploader),
             cache,
+            disk: open_disk_cache(&config),
             config,
             stats,
             gc: GcTrack::default(),
@@ -311,6 +336,11 @@ impl ChunkStore {
         if let Some(r) = sealed.and_then(|p| p.read(id)) {
             return r;
         }
+        if let Some(plain) = self.disk.as_ref().and_then(|d| d.get(id)) {
+            self.stats.disk_cache_hits.fetch_add(1, Ordering::Relaxed);
+            self.cache.insert(*id, plain.clone());
+            return Ok(plain);
+        }
         let mut loc = self.locate(id)?;
         let stored = loop {
             let range = loc.offset..loc.offset + loc.stored_len as u64;
@@ -328,6 +358,10 @@ impl ChunkStore {
             }
         };
         let plain = pack::decompress(&loc.entry(*id), &stored)?;
+        self.stats.fetched_bytes.fetch_add(stored.len() as u64, Ordering::Relaxed);
+        if let Some(d) = &self.disk {
+            d.put(id, &plain);
+        }
         self.cache.insert(*id, plain.clone());
         Ok(plain)
     }
@@ -357,9 +391,17 @@ impl ChunkStore {
         &self.config
     }
 
+    /// The on-disk cache (remote backends only).
+    pub fn disk_cache(&self) -> Option<&crate::diskcache::DiskCache> {
+        self.disk.as_ref()
+    }
+
     /// Forgets a cached chunk (after its pack was found damaged).
     pub(crate) fn evict(&self, id: &ChunkId) {
         self.cache.remove(id);
+        if let Some(d) = &self.disk {
+            d.forget(id);
+        }
     }
 }
 

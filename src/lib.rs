@@ -18,6 +18,7 @@ pub mod consistency;
 pub mod control;
 pub mod datalog;
 pub mod diff;
+pub mod diskcache;
 pub mod error;
 pub mod gc;
 pub mod graph;

@@ -28,6 +28,16 @@ pub struct StoreStats {
     pub packs: usize,
     /// Logical bytes of all heads per stored byte (history included in stored).
     pub dedupe_ratio: f64,
+    /// The on-disk cache of a remote store: (bytes, chunks, limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_cache: Option<DiskCacheStats>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct DiskCacheStats {
+    pub bytes: u64,
+    pub chunks: usize,
+    pub limit: u64,
 }
 
 impl Store {
@@ -71,7 +81,12 @@ impl Store {
         let packs = self.index().packs()?;
         let stored: u64 = packs.iter().map(|p| p.1.len).sum();
         let logical: u64 = volumes.iter().map(|v| v.logical_bytes).sum();
+        let disk_cache = self.chunks().disk_cache().map(|d| {
+            let (bytes, chunks) = d.usage();
+            DiskCacheStats { bytes, chunks, limit: d.limit() }
+        });
         Ok(StoreStats {
+            disk_cache,
             volumes,
             logical_bytes: logical,
             stored_bytes: stored,

@@ -36,6 +36,14 @@ pub struct StoreConfig {
     /// Objects live here instead of `<store>/objects` (`forkfs init --remote`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<crate::remote::Remote>,
+    /// Bytes of chunks a remote store keeps on local disk (`<store>/cache`);
+    /// a setting of this host, not of the shared store.
+    #[serde(default = "default_disk_cache")]
+    pub disk_cache_bytes: u64,
+}
+
+fn default_disk_cache() -> u64 {
+    8 << 30
 }
 
 impl Default for StoreConfig {
@@ -48,6 +56,7 @@ impl Default for StoreConfig {
             cache_bytes: c.cache_bytes,
             default_block_size: DEFAULT_BLOCK_SIZE,
             remote: None,
+            disk_cache_bytes: default_disk_cache(),
         }
     }
 }
@@ -111,7 +120,11 @@ impl Store {
             let (os, root) = r.open()?;
             let backend = Backend::new(os, root, r.url.clone())?;
             if let Some(theirs) = remote_config(&backend)? {
-                config = StoreConfig { remote: config.remote.clone(), ..theirs };
+                config = StoreConfig {
+                    remote: config.remote.clone(),
+                    disk_cache_bytes: config.disk_cache_bytes,
+                    ..theirs
+                };
                 existing = true;
             } else {
                 let shared = StoreConfig { remote: None, ..config.clone() };
@@ -171,6 +184,10 @@ impl Store {
             pack_target: config.pack_target,
             zstd_level: config.zstd_level,
             cache_bytes: config.cache_bytes,
+            disk_cache: config
+                .remote
+                .as_ref()
+                .map(|_| (dir.join("cache"), config.disk_cache_bytes)),
         };
         let chunks = Arc::new(ChunkStore::new(backend, index.clone(), chunk_config));
         let datalog = DataLog::open(dir.join("log"))?;

@@ -202,3 +202,78 @@ fn one_writer_per_volume_across_hosts_and_takeover_after_expiry() {
     let check = json(&b, &["fsck", "--deep"]);
     assert_eq!(check["problems"].as_array().map(|p| p.len()), Some(0), "{check}");
 }
+
+/// Files under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(files_under(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+/// Flips one byte in every 256 of `p` (no chunk in it stays intact).
+fn damage(p: &Path) {
+    let mut b = std::fs::read(p).unwrap();
+    for i in (0..b.len()).step_by(256) {
+        b[i] ^= 0x5a;
+    }
+    std::fs::write(p, b).unwrap();
+}
+
+/// Chunks read from the remote are kept on local disk (`init --cache-size`)
+/// and served from there, verified: with every pack in the bucket damaged a
+/// repeat read still succeeds from the cache; a damaged cache entry is
+/// refetched, and never served when the bucket cannot supply it either.
+#[test]
+fn the_disk_cache_serves_repeat_reads_and_never_a_damaged_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir(&bucket).unwrap();
+    let store = dir.path().join("host");
+    let url = format!("file://{}", bucket.display());
+    ok(&store, &["init", "--remote", &url, "--cache-size", "64MiB"]);
+    let img = dir.path().join("disk.img");
+    let data = random(6 << 20, 21);
+    std::fs::write(&img, &data).unwrap();
+    ok(&store, &["import", "disk", img.to_str().unwrap()]);
+    let export = |n: u32| {
+        let out = dir.path().join(format!("out{n}.img"));
+        (forkfs(&store, &["export", "disk@~0", out.to_str().unwrap()]), out)
+    };
+    let cache = store.join("cache");
+    assert!(files_under(&cache).is_empty(), "writes do not fill the read cache");
+    let (o, out) = export(1);
+    assert!(o.status.success() && std::fs::read(&out).unwrap() == data, "first read");
+    let cached = files_under(&cache);
+    assert!(!cached.is_empty(), "the first read fills the cache");
+
+    let packs: Vec<_> = files_under(&bucket)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+        .collect();
+    assert!(!packs.is_empty());
+    let pristine: Vec<Vec<u8>> = packs.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    for p in &packs {
+        damage(p);
+    }
+    let (o, out) = export(2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "served from the cache despite a damaged bucket: {err}");
+    assert!(std::fs::read(&out).unwrap() == data, "the cache served the right bytes");
+
+    // A damaged cache entry with a damaged bucket: an error, not garbage.
+    damage(&cached[0]);
+    let (o, _) = export(3);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a damaged entry must not be served");
+    assert!(err.contains("checksum"), "{err}");
+    // With the bucket intact again, the chunk is fetched and cached afresh.
+    for (p, b) in packs.iter().zip(&pristine) {
+        std::fs::write(p, b).unwrap();
+    }
+    let (o, out) = export(4);
+    assert!(o.status.success() && std::fs::read(&out).unwrap() == data, "refetched");
+    assert_eq!(files_under(&cache).len(), cached.len(), "the entry is cached again");
+}

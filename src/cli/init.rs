@@ -31,6 +31,10 @@ pub struct Args {
     /// Region of the bucket
     #[arg(long, requires = "remote")]
     region: Option<String>,
+    /// Local disk space for chunks read from the remote (least recently
+    /// used go first; every cached chunk is verified when read)
+    #[arg(long, requires = "remote", default_value = "8GiB")]
+    cache_size: String,
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
@@ -39,6 +43,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         default_block_size: u32::try_from(parse_size(&a.block_size)?)
             .map_err(|_| forkfs::Error::invalid("block size too large"))?,
         zstd_level: a.zstd_level,
+        disk_cache_bytes: parse_size(&a.cache_size)?,
         remote: a.remote.map(|url| Remote {
             url,
             endpoint: a.endpoint,

@@ -35,5 +35,13 @@ pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
         s.packs,
         s.dedupe_ratio
     );
+    if let Some(c) = &s.disk_cache {
+        println!(
+            "local cache {} of {} ({} chunks read from the remote)",
+            bytes(c.bytes),
+            bytes(c.limit),
+            c.chunks
+        );
+    }
     Ok(())
 }

@@ -28,6 +28,8 @@ pub struct Backend {
     /// hop and an open() per read. Objects are immutable, so a cached fd
     /// always reads what the key named.
     fds: quick_cache::sync::Cache<String, Arc<std::fs::File>>,
+    /// Reads that take longer fail (remote stores).
+    read_deadline: Option<std::time::Duration>,
 }
 
 impl Backend {
@@ -51,7 +53,45 @@ impl Backend {
             .enable_all()
             .build()?;
         let fds = quick_cache::sync::Cache::new(256);
-        Ok(Backend { store, local_root, runtime: Some(runtime), description, fds })
+        Ok(Backend {
+            store,
+            local_root,
+            runtime: Some(runtime),
+            description,
+            fds,
+            read_deadline: None,
+        })
+    }
+
+    /// Reads (`get`, `get_range`) fail once they have waited `d`, retries
+    /// included, rather than hang on an unreachable store.
+    pub fn with_read_deadline(mut self, d: std::time::Duration) -> Backend {
+        self.read_deadline = Some(d);
+        self
+    }
+
+    /// Runs a read under the deadline.
+    fn read<F, T>(&self, key: &Path, fut: F) -> Result<T>
+    where
+        F: Future<Output = object_store::Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (deadline, key) = (self.read_deadline, key.clone());
+        self.run(async move {
+            match deadline {
+                None => Ok(fut.await?),
+                Some(d) => match tokio::time::timeout(d, fut).await {
+                    Ok(r) => Ok(r?),
+                    Err(_) => Err(Error::new(
+                        crate::ErrorKind::Unavailable,
+                        format!(
+                            "reading {key} from the object store took longer than the {} s read deadline",
+                            d.as_secs_f64()
+                        ),
+                    )),
+                },
+            }
+        })
     }
 
     pub fn describe(&self) -> &str {
@@ -133,7 +173,7 @@ impl Backend {
     pub fn get(&self, key: &Path) -> Result<Bytes> {
         let store = self.store.clone();
         let k = key.clone();
-        self.run(async move { Ok(store.get(&k).await?.bytes().await?) })
+        self.read(key, async move { store.get(&k).await?.bytes().await })
     }
 
     pub fn get_range(&self, key: &Path, range: Range<u64>) -> Result<Bytes> {
@@ -142,7 +182,7 @@ impl Backend {
         }
         let store = self.store.clone();
         let k = key.clone();
-        self.run(async move { Ok(store.get_range(&k, range).await?) })
+        self.read(key, async move { store.get_range(&k, range).await })
     }
 
     pub fn head(&self, key: &Path) -> Result<ObjectMeta> {

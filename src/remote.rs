@@ -29,6 +29,36 @@ pub struct Remote {
     pub allow_http: bool,
     #[serde(default)]
     pub region: Option<String>,
+    /// How long a read may wait for the object store, retries included,
+    /// before it fails (EIO to a client) instead of hanging. `None`: the
+    /// default, [`DEFAULT_READ_DEADLINE`]. `FORKFS_READ_DEADLINE` (e.g.
+    /// `5s`) overrides it for one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_deadline_ms: Option<u64>,
+}
+
+/// Pair it with the client's own timeout: a kernel NBD client's
+/// dead-connection timeout must be longer, or clients see I/O errors from
+/// their own side first.
+pub const DEFAULT_READ_DEADLINE: Duration = Duration::from_secs(20);
+
+impl Remote {
+    /// The read deadline in force for this process.
+    pub fn read_deadline(&self) -> Duration {
+        let env = std::env::var("FORKFS_READ_DEADLINE").ok();
+        match env.as_deref().map(humantime::parse_duration) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "FORKFS_READ_DEADLINE is not a duration; ignored");
+                self.configured_deadline()
+            }
+            None => self.configured_deadline(),
+        }
+    }
+
+    fn configured_deadline(&self) -> Duration {
+        self.read_deadline_ms.map_or(DEFAULT_READ_DEADLINE, Duration::from_millis)
+    }
 }
 
 /// A parsed remote URL.

@@ -177,7 +177,7 @@ impl Store {
             None => Backend::local(dir.join("objects"))?,
             Some(r) => {
                 let (os, root) = r.open()?;
-                Backend::new(os, root, r.url.clone())?
+                Backend::new(os, root, r.url.clone())?.with_read_deadline(r.read_deadline())
             }
         });
         let chunk_config = ChunkConfig {

@@ -12,7 +12,7 @@ use common::s3::{S3, forkfs};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Counts of what the proxy did.
@@ -50,71 +50,110 @@ fn next(rng: &AtomicU64) -> u64 {
     x
 }
 
-/// One client connection: requests in a loop (keep-alive).
+/// One request from a client: its head (with `Connection: close`, one
+/// upstream connection per request) and body; `None` at end of stream.
+fn read_request(rd: &mut BufReader<TcpStream>) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut head = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if rd.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if line.to_ascii_lowercase().starts_with("connection:") {
+            continue; // ours: one upstream connection per request
+        }
+        let end = line == "\r\n";
+        if end {
+            head.extend_from_slice(b"Connection: close\r\n");
+        }
+        head.extend_from_slice(line.as_bytes());
+        if end {
+            break;
+        }
+    }
+    let mut body = vec![0u8; len];
+    rd.read_exact(&mut body)?;
+    Ok(Some((head, body)))
+}
+
+/// Sends one request upstream; its whole answer.
+fn forward(upstream: u16, head: &[u8], body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut up = TcpStream::connect(("127.0.0.1", upstream))?;
+    up.write_all(head)?;
+    up.write_all(body)?;
+    let mut resp = Vec::new();
+    up.read_to_end(&mut resp)?;
+    Ok(resp)
+}
+
+/// One client connection of the faulty proxy.
 fn serve(conn: TcpStream, upstream: u16, rng: &AtomicU64, faults: &Faults) -> std::io::Result<()> {
     let mut rd = BufReader::new(conn.try_clone()?);
     let mut wr = conn;
-    loop {
-        let mut head = Vec::new();
-        let mut len = 0usize;
-        loop {
-            let mut line = String::new();
-            if rd.read_line(&mut line)? == 0 {
-                return Ok(());
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap_or(0);
-            }
-            if line.to_ascii_lowercase().starts_with("connection:") {
-                continue; // ours: one upstream connection per request
-            }
-            let end = line == "\r\n";
-            if end {
-                head.extend_from_slice(b"Connection: close\r\n");
-            }
-            head.extend_from_slice(line.as_bytes());
-            if end {
-                break;
-            }
-        }
-        let mut body = vec![0u8; len];
-        rd.read_exact(&mut body)?;
-        match next(rng) % 100 {
-            0..8 => {
-                faults.errors.fetch_add(1, Ordering::Relaxed);
-                let (code, what) = if next(rng) % 2 == 0 {
-                    ("503 Slow Down", "SlowDown")
-                } else {
-                    ("500 Internal Server Error", "InternalError")
-                };
-                let xml = format!("<Error><Code>{what}</Code><Message>injected</Message></Error>");
-                write!(wr, "HTTP/1.1 {code}\r\nContent-Length: {}\r\n\r\n{xml}", xml.len())?;
-                continue;
-            }
-            8..12 => {
-                faults.dropped.fetch_add(1, Ordering::Relaxed);
-                return Ok(()); // the request never arrives
-            }
-            12..16 => {
-                faults.delayed.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(300 + next(rng) % 700));
-            }
-            _ => {}
-        }
-        let mut up = TcpStream::connect(("127.0.0.1", upstream))?;
-        up.write_all(&head)?;
-        up.write_all(&body)?;
-        let mut resp = Vec::new();
-        up.read_to_end(&mut resp)?;
-        faults.forwarded.fetch_add(1, Ordering::Relaxed);
-        // Now and then the answer is lost after the server acted on it.
-        if next(rng) % 100 < 3 {
-            faults.dropped.fetch_add(1, Ordering::Relaxed);
+    let Some((head, body)) = read_request(&mut rd)? else { return Ok(()) };
+    match next(rng) % 100 {
+        0..8 => {
+            faults.errors.fetch_add(1, Ordering::Relaxed);
+            let (code, what) = if next(rng) % 2 == 0 {
+                ("503 Slow Down", "SlowDown")
+            } else {
+                ("500 Internal Server Error", "InternalError")
+            };
+            let xml = format!("<Error><Code>{what}</Code><Message>injected</Message></Error>");
+            write!(
+                wr,
+                "HTTP/1.1 {code}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+                xml.len()
+            )?;
             return Ok(());
         }
-        wr.write_all(&resp)?;
-        return Ok(()); // upstream closed: so do we (the client reconnects)
+        8..12 => {
+            faults.dropped.fetch_add(1, Ordering::Relaxed);
+            return Ok(()); // the request never arrives
+        }
+        12..16 => {
+            faults.delayed.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(300 + next(rng) % 700));
+        }
+        _ => {}
     }
+    let resp = forward(upstream, &head, &body)?;
+    faults.forwarded.fetch_add(1, Ordering::Relaxed);
+    // Now and then the answer is lost after the server acted on it.
+    if next(rng) % 100 < 3 {
+        faults.dropped.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    wr.write_all(&resp) // upstream closed: so do we (the client reconnects)
+}
+
+/// A proxy that forwards everything, except that while `stall` is set it
+/// never answers ranged reads (a store that stopped answering reads).
+fn stalling_proxy(upstream: u16, stall: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let stall = stall.clone();
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut rd = BufReader::new(conn.try_clone()?);
+                let mut wr = conn;
+                let Some((head, body)) = read_request(&mut rd)? else { return Ok(()) };
+                let ranged =
+                    String::from_utf8_lossy(&head).to_ascii_lowercase().contains("\r\nrange:");
+                if ranged && stall.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_secs(120));
+                    return Ok(());
+                }
+                wr.write_all(&forward(upstream, &head, &body)?)
+            });
+        }
+    });
+    port
 }
 
 fn image(i: u64) -> Vec<u8> {
@@ -201,4 +240,44 @@ fn committed_data_survives_a_faulty_network_to_the_bucket() {
     let r = forkfs(&b, &["--json", "fsck", "--deep"]);
     let check: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(check["problems"].as_array().map(|p| p.len()), Some(0), "{check}");
+}
+
+/// A read the object store does not answer fails after the read deadline
+/// (here 2 s; retries included) with a clear error, instead of hanging; and
+/// reads work again once the store answers.
+#[test]
+fn reads_fail_at_the_deadline_instead_of_hanging() {
+    let m = S3::start("stalls");
+    let stall = Arc::new(AtomicBool::new(false));
+    let via = stalling_proxy(m.port, stall.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("a");
+    let endpoint = format!("http://127.0.0.1:{via}");
+    let init = ["init", "--remote", "s3://stalls/s", "--endpoint", &endpoint, "--allow-http"];
+    let mut init = init.to_vec();
+    init.extend_from_slice(&["--read-deadline", "2s"]);
+    let out = forkfs(&store, &init);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let img = dir.path().join("img");
+    std::fs::write(&img, image(1)).unwrap();
+    assert!(forkfs(&store, &["import", "v", img.to_str().unwrap()]).status.success());
+    let export = || {
+        let out = dir.path().join("out.img");
+        let _ = std::fs::remove_file(&out);
+        let t = std::time::Instant::now();
+        (forkfs(&store, &["export", "v@~0", out.to_str().unwrap()]), t.elapsed(), out)
+    };
+
+    stall.store(true, Ordering::SeqCst);
+    let (o, took, _) = export();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a read nobody answers cannot succeed");
+    assert!(err.contains("read deadline"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(took < Duration::from_secs(15), "gave up after {took:?}, not at the 2 s deadline");
+
+    stall.store(false, Ordering::SeqCst);
+    let (o, _, out) = export();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&out).unwrap() == image(1));
 }

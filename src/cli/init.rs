@@ -35,6 +35,10 @@ pub struct Args {
     /// used go first; every cached chunk is verified when read)
     #[arg(long, requires = "remote", default_value = "8GiB")]
     cache_size: String,
+    /// A read waits this long for the remote, retries included, then fails
+    /// (EIO to a client) [default: 20s; FORKFS_READ_DEADLINE overrides]
+    #[arg(long, requires = "remote", value_parser = humantime::parse_duration)]
+    read_deadline: Option<std::time::Duration>,
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
@@ -49,6 +53,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             endpoint: a.endpoint,
             allow_http: a.allow_http,
             region: a.region,
+            read_deadline_ms: a.read_deadline.map(|d| d.as_millis() as u64),
         }),
         ..StoreConfig::default()
     };

@@ -182,3 +182,33 @@ fn a_corrupt_store_gets_a_clear_error_not_a_panic() {
     assert_eq!(code, 65, "{msg}");
     assert_eq!(std::fs::read(s.join("forkfs.json")).unwrap(), b"{not json");
 }
+
+/// A sparse image imports by its data only (holes are not read), into a
+/// new volume and over an old one (whose data in the holes goes), and
+/// exports byte for byte.
+#[test]
+fn sparse_images_import_exactly() {
+    use std::os::unix::fs::FileExt;
+    let (d, s) = store();
+    let img = d.path().join("sparse.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(64 << 20).unwrap();
+    let a: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    f.write_all_at(&a, 3_000).unwrap();
+    f.write_all_at(&a, 40 << 20).unwrap();
+    f.write_all_at(b"tail", (64 << 20) - 4).unwrap();
+    drop(f);
+    let full = std::fs::File::open(&img).unwrap().metadata().unwrap();
+    assert!(std::os::unix::fs::MetadataExt::blocks(&full) * 512 < 8 << 20, "the image is sparse");
+    let want = std::fs::read(&img).unwrap();
+    // An old volume with data everywhere: the import must clear the holes.
+    let dense = d.path().join("dense.img");
+    std::fs::write(&dense, vec![0xAB; 64 << 20]).unwrap();
+    ok(&s, &["import", "disk", dense.to_str().unwrap()]);
+    for vol in ["fresh", "disk"] {
+        ok(&s, &["import", vol, img.to_str().unwrap()]);
+        let out = d.path().join(format!("{vol}.out"));
+        ok(&s, &["export", vol, out.to_str().unwrap()]);
+        assert!(std::fs::read(&out).unwrap() == want, "{vol}: export differs from the image");
+    }
+}

@@ -111,6 +111,17 @@ fn import_image(head: &Head, src: &Path, fresh: bool) -> anyhow::Result<u64> {
     let mut buf = vec![0u8; IO_CHUNK];
     let mut off = 0u64;
     while off < len {
+        // Holes of a sparse image are skipped without reading them.
+        let data = next_data(&f, off, len) / bs as u64 * bs as u64;
+        if data > off {
+            if !fresh {
+                head.write_zeroes(off, data - off)?;
+            }
+            off = data;
+            bar.set_position(off);
+            continue;
+        }
+        f.seek(std::io::SeekFrom::Start(off))?;
         let n = ((len - off) as usize).min(IO_CHUNK);
         f.read_exact(&mut buf[..n])?;
         // Zero blocks are holes: a fresh volume skips them, an old one drops its data there.
@@ -129,6 +140,20 @@ fn import_image(head: &Head, src: &Path, fresh: bool) -> anyhow::Result<u64> {
     }
     bar.finish_and_clear();
     Ok(len)
+}
+
+/// The first offset at or after `off` that may hold data (`len` when only
+/// a hole follows); `off` itself where the filesystem cannot tell.
+fn next_data(f: &File, off: u64, len: u64) -> u64 {
+    use std::os::fd::AsRawFd;
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off as libc::off_t, libc::SEEK_DATA) };
+    if r >= 0 {
+        (r as u64).min(len)
+    } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+        len
+    } else {
+        off
+    }
 }
 
 fn time_of(secs: i64, nanos: i64) -> Time {

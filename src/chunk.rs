@@ -105,6 +105,8 @@ pub struct ChunkStore {
     cache: quick_cache::sync::Cache<ChunkId, Bytes, ByteWeight>,
     /// Chunks of a remote backend kept on local disk.
     disk: Option<crate::diskcache::DiskCache>,
+    /// Sequential fetches from remote packs read ahead (with `disk`).
+    readahead: crate::readahead::ReadAhead,
     config: ChunkConfig,
     pub stats: Arc<ChunkStats>,
     gc: GcTrack,
@@ -206,6 +208,7 @@ impl ChunkStore {
             uploader: Some(uploader),
             cache,
             disk: open_disk_cache(&config),
+            readahead: crate::readahead::ReadAhead::from_env(),
             config,
             stats,
             gc: GcTrack::default(),
@@ -343,8 +346,7 @@ impl ChunkStore {
         }
         let mut loc = self.locate(id)?;
         let stored = loop {
-            let range = loc.offset..loc.offset + loc.stored_len as u64;
-            match self.backend.get_range(&paths::pack(&loc.pack), range) {
+            match self.fetch_stored(id, &loc) {
                 Ok(b) => break b,
                 // GC may have moved the chunk to a new pack since we looked.
                 Err(e) if e.kind() == crate::ErrorKind::NotFound => {
@@ -364,6 +366,29 @@ impl ChunkStore {
         }
         self.cache.insert(*id, plain.clone());
         Ok(plain)
+    }
+
+    /// The stored bytes of chunk `id` at `loc`; from a remote store with
+    /// read-ahead, the chunks after it go to the disk cache, verified.
+    fn fetch_stored(&self, id: &ChunkId, loc: &crate::index::Location) -> Result<Bytes> {
+        let key = paths::pack(&loc.pack);
+        let pack_len = match &self.disk {
+            Some(_) => self.index.pack_info(&loc.pack)?.map(|p| p.len),
+            None => None,
+        };
+        let (Some(disk), Some(len)) = (&self.disk, pack_len) else {
+            let range = loc.offset..loc.offset + loc.stored_len as u64;
+            return self.backend.get_range(&key, range);
+        };
+        let f = self.readahead.fetch(&self.backend, loc.pack, &key, len, &loc.entry(*id))?;
+        for (e, stored) in &f.followers {
+            self.stats.fetched_bytes.fetch_add(stored.len() as u64, Ordering::Relaxed);
+            match pack::decompress(e, stored) {
+                Ok(plain) => disk.put(&e.id, &plain),
+                Err(err) => tracing::warn!(chunk = %e.id, error = %err, "read-ahead chunk is bad"),
+            }
+        }
+        Ok(f.stored)
     }
 
     fn locate(&self, id: &ChunkId) -> Result<crate::index::Location> {

@@ -31,6 +31,7 @@ pub mod pack;
 pub mod paths;
 pub mod progress;
 pub mod reach;
+pub mod readahead;
 pub mod remote;
 pub mod repair;
 pub mod retention;

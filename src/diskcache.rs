@@ -16,6 +16,9 @@ pub struct DiskCache {
     dir: PathBuf,
     limit: u64,
     state: Mutex<State>,
+    /// Makes each temporary file name unique (threads may cache one chunk
+    /// at the same time).
+    tmp_seq: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -74,7 +77,12 @@ impl DiskCache {
             }
         }
         found.sort();
-        let cache = DiskCache { dir: dir.to_path_buf(), limit, state: Mutex::default() };
+        let cache = DiskCache {
+            dir: dir.to_path_buf(),
+            limit,
+            state: Mutex::default(),
+            tmp_seq: Default::default(),
+        };
         {
             let mut st = cache.state.lock();
             for (_, id, len) in found {
@@ -118,7 +126,8 @@ impl DiskCache {
             return;
         }
         let path = self.path(id);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let seq = self.tmp_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}-{seq}", std::process::id()));
         let written = std::fs::create_dir_all(path.parent().expect("has a parent"))
             .and_then(|()| std::fs::write(&tmp, plain))
             .and_then(|()| std::fs::rename(&tmp, &path));

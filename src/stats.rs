@@ -43,15 +43,32 @@ pub struct DiskCacheStats {
 impl Store {
     pub fn stats(&self) -> Result<StoreStats> {
         let mut volumes = Vec::new();
+        let remote = !self.chunks().backend().is_local();
         for rec in self.volumes()? {
-            let head = self.open_volume(rec.name.as_str())?;
-            let logical = match rec.kind {
-                VolumeKind::Block => head.allocated_blocks()?.len() as u64 * rec.block_size as u64,
-                VolumeKind::Fs => {
+            // A remote volume is opened (and its lease taken) by writers
+            // only: unless this process has it open, its last committed
+            // head is what is shown.
+            let head = match remote {
+                false => Some(self.open_volume(rec.name.as_str())?),
+                true => self.open_head(rec.name.as_str()),
+            };
+            let root = match &head {
+                Some(h) => h.state().root,
+                None => self.head_record(rec.id)?.root,
+            };
+            let logical = match (rec.kind, &head) {
+                (VolumeKind::Block, Some(h)) => {
+                    h.allocated_blocks()?.len() as u64 * rec.block_size as u64
+                }
+                (VolumeKind::Block, None) => {
+                    let n = crate::volume::block::allocated_in_root(self, root, rec.block_size)?;
+                    n.len() as u64 * rec.block_size as u64
+                }
+                (VolumeKind::Fs, _) => {
                     let mut sum = 0u64;
                     let mut err = None;
                     Map::new(self.chunks().as_ref()).range(
-                        head.state().root,
+                        root,
                         META_KEY + 1,
                         u64::MAX,
                         &mut |_, v| {
@@ -75,7 +92,10 @@ impl Store {
                 size: rec.size,
                 logical_bytes: logical,
                 versions: self.log(&rec)?.len(),
-                dirty: !head.is_clean()?,
+                dirty: match &head {
+                    Some(h) => !h.is_clean()?,
+                    None => !crate::overlay::Overlay::new(self.index(), rec.id).is_empty()?,
+                },
             });
         }
         let packs = self.index().packs()?;

@@ -167,6 +167,11 @@ fn one_writer_per_volume_across_hosts_and_takeover_after_expiry() {
     let v = dir.path().join("v.img");
     ok(&b, &["export", "disk@~1", v.to_str().unwrap()]);
     assert!(std::fs::read(&v).unwrap() == first);
+    // And sees it in its status, without taking (or needing) the lease.
+    let st = json(&b, &["status"]);
+    let names: Vec<&str> =
+        st["volumes"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
+    assert_eq!(names, ["disk"], "{st}");
 
     // Host A dies without releasing: B takes over once the lease expires,
     // from A's last committed head.

@@ -175,12 +175,31 @@ pub fn allocated_in_version_range(
     first: u64,
     last: u64,
 ) -> Result<Vec<u64>> {
+    allocated_in_root_range(store, version.root, version.block_size, first, last)
+}
+
+/// Block indexes that hold data in a frozen block-volume root.
+pub fn allocated_in_root(
+    store: &crate::store::Store,
+    root: crate::map::MapRoot,
+    block_size: u32,
+) -> Result<Vec<u64>> {
+    allocated_in_root_range(store, root, block_size, 0, u64::MAX)
+}
+
+fn allocated_in_root_range(
+    store: &crate::store::Store,
+    root: crate::map::MapRoot,
+    block_size: u32,
+    first: u64,
+    last: u64,
+) -> Result<Vec<u64>> {
     let map = BlockMap {
         view: View::Frozen(store),
         space: Space::Root,
         owner: 0,
-        base: version.root,
-        block_size: version.block_size as u64,
+        base: root,
+        block_size: block_size as u64,
     };
     map.allocated(first, last)
 }

@@ -293,7 +293,8 @@ impl Store {
     /// version first, so a restore can itself be undone; returns that version.
     pub fn restore(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
         let pre = self.restore_locked(volume, to)?;
-        let hooks: Vec<_> = self.inner.restore_hooks.lock().clone();
+        let hooks: Vec<_> =
+            self.inner.restore_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
         let done = crate::store::Restored { volume, before: &pre, to };
         for h in hooks {
             h(&done);

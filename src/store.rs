@@ -73,7 +73,7 @@ pub(crate) struct Inner {
     pub gc_lock: Mutex<()>,
     pub heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
     /// Called after each restore (see [`Store::on_restore`]).
-    pub restore_hooks: Mutex<Vec<RestoreHook>>,
+    pub restore_hooks: Mutex<Vec<(u64, RestoreHook)>>,
     /// Front-end requests this process serves (see [`Store::serve_extension`]).
     pub extensions: Mutex<HashMap<String, ControlExtension>>,
 }
@@ -503,9 +503,17 @@ impl Store {
     }
 
     /// Calls `hook` after every restore in this process (a mount drops
-    /// what the kernel cached of the part of the tree that changed).
-    pub fn on_restore(&self, hook: RestoreHook) {
-        self.inner.restore_hooks.lock().push(hook);
+    /// what the kernel cached of the part of the tree that changed), until
+    /// [`Store::drop_restore_hook`] with the number returned.
+    pub fn on_restore(&self, hook: RestoreHook) -> u64 {
+        let mut hooks = self.inner.restore_hooks.lock();
+        let id = hooks.last().map_or(1, |(n, _)| n + 1);
+        hooks.push((id, hook));
+        id
+    }
+
+    pub fn drop_restore_hook(&self, id: u64) {
+        self.inner.restore_hooks.lock().retain(|(n, _)| *n != id);
     }
 
     /// Serves control requests named `name` in this process with `handler`

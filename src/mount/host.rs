@@ -130,7 +130,7 @@ impl Host {
             })?;
         let record = Record::write(self.store.dir(), &req.dir, &req.spec)
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
-        self.watch_restores(&ws, vol, session.notifier());
+        let hook = self.watch_restores(&ws, vol, session.notifier());
         self.state.lock().unmounters.push((req.dir.clone(), session.unmount_callable()));
         let (host, req, vol) = (self.clone(), req.clone(), vol.to_string());
         std::thread::Builder::new().name(format!("forkfs-mount-{vol}")).spawn(move || {
@@ -142,6 +142,8 @@ impl Host {
                 Error::new(forkfs::ErrorKind::Unavailable, format!("FUSE session: {e}"))
             });
             drop(checkpoints);
+            // The hook holds the session's notifier (its /dev/fuse fd).
+            host.store.drop_restore_hook(hook);
             let last = if req.read_only {
                 Ok(())
             } else {
@@ -160,7 +162,7 @@ impl Host {
         Ok(())
     }
 
-    fn watch_restores(&self, ws: &Arc<Workspace>, vol: &str, notifier: fuser::Notifier) {
+    fn watch_restores(&self, ws: &Arc<Workspace>, vol: &str, notifier: fuser::Notifier) -> u64 {
         // Weak: the store keeps its hooks, and the workspace keeps the store.
         let ws = Arc::downgrade(ws);
         let vol = vol.to_string();
@@ -169,7 +171,7 @@ impl Host {
             if let Some(w) = live {
                 super::invalidate(&w.store, r.before.root, r.to.root, &notifier);
             }
-        }));
+        }))
     }
 
     fn end(&self, vol: &str, writer: bool, failure: Option<Error>) {

@@ -155,9 +155,11 @@ impl Host {
             }
             tracing::info!(volume = %vol, dir = %req.dir.display(), "unmounted");
             host.state.lock().unmounters.retain(|(d, _)| *d != req.dir);
-            host.end(&vol, !req.read_only, result.err());
-            // Last: `forkfs umount` waits for the record to go.
+            // `forkfs umount` waits for the record to go (and, for the last
+            // mount, for the process), so it goes after the last checkpoint
+            // and before the process may exit.
             drop(record);
+            host.end(&vol, !req.read_only, result.err());
         })?;
         Ok(())
     }

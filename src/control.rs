@@ -71,6 +71,11 @@ pub enum Request {
     },
     /// Every volume of the store.
     Volumes,
+    /// Records a version of each volume (or of `volume`) that has changes
+    /// not yet in one, and syncs the store (see [`sync`]).
+    Sync {
+        volume: Option<String>,
+    },
     CreateVolume {
         name: String,
         kind: crate::version::VolumeKind,
@@ -147,6 +152,7 @@ pub fn execute(store: &Store, req: &Request, progress: &dyn Progress) -> Result<
         Request::Consistency { volume, mode: None } => serde_json::to_value(store.volume(volume)?)?,
         Request::Log { volume } => log(store, volume)?,
         Request::Volumes => serde_json::to_value(store.volumes()?)?,
+        Request::Sync { volume } => serde_json::to_value(sync(store, volume.as_deref())?)?,
         Request::CreateVolume { name, kind, size, block_size } => {
             serde_json::to_value(store.create_volume(name, *kind, *size, *block_size)?)?
         }
@@ -189,6 +195,56 @@ fn log(store: &Store, volume: &str) -> Result<serde_json::Value> {
         "versions": versions,
         "rollbacks": store.rollbacks(&vol)?,
     }))
+}
+
+/// What `sync` did for one volume.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Synced {
+    pub volume: String,
+    /// The version that now holds every write made before the sync.
+    pub version: Option<String>,
+    /// A new version was recorded (else the head had nothing new).
+    pub recorded: bool,
+}
+
+/// Makes every write acknowledged so far durable where the store keeps its
+/// objects: each changed volume (a live head in this process, or one with
+/// writes left by an earlier process) gets an automatic version, whose
+/// packs, record and head are in the object store (the bucket, for a
+/// remote store) before it commits; then the index and data log are
+/// synced. Volumes this process has not opened and that hold nothing
+/// unsaved are not opened (on a remote store that would take their lease).
+pub fn sync(store: &Store, volume: Option<&str>) -> Result<Vec<Synced>> {
+    let names: Vec<String> = match volume {
+        Some(v) => vec![store.volume(v)?.name.to_string()],
+        None => store.volumes()?.into_iter().map(|r| r.name.to_string()).collect(),
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let rec = store.volume(&name)?;
+        let open = store.open_head(&name).is_some();
+        let unsaved = !crate::overlay::Overlay::new(store.index(), rec.id).is_empty()?;
+        if !open && !unsaved {
+            let base = store.head_base(&rec)?;
+            out.push(Synced {
+                volume: name,
+                version: base.map(|v| v.to_string()),
+                recorded: false,
+            });
+            continue;
+        }
+        let before = store.head_base(&rec)?;
+        let opts = crate::graph::SnapshotOptions {
+            origin: Some(crate::version::Origin::Auto),
+            skip_if_clean: true,
+            ..Default::default()
+        };
+        let v = store.snapshot(&name, &opts)?;
+        let recorded = before != Some(v.id);
+        out.push(Synced { volume: name, version: Some(v.id.to_string()), recorded });
+    }
+    store.sync()?;
+    Ok(out)
 }
 
 /// Runs a request on the store at `dir`: here when the store is free

@@ -282,3 +282,32 @@ fn the_disk_cache_serves_repeat_reads_and_never_a_damaged_entry() {
     assert!(o.status.success() && std::fs::read(&out).unwrap() == data, "refetched");
     assert_eq!(files_under(&cache).len(), cached.len(), "the entry is cached again");
 }
+
+/// `forkfs sync` while a workspace on a remote store is mounted: what was
+/// written before it is in the bucket (a host joined afterwards reads it),
+/// and a second sync has nothing new to record.
+#[test]
+fn sync_puts_what_a_mount_wrote_in_the_bucket() {
+    use common::mount::Mounted;
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir(&bucket).unwrap();
+    let url = format!("file://{}", bucket.display());
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    ok(&a, &["init", "--remote", &url]);
+    let m = Mounted::new(&a, "ws", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("notes.txt"), b"written on host a").unwrap();
+    let first = json(&a, &["sync"]);
+    assert_eq!(first[0]["volume"], "ws", "{first}");
+    assert_eq!(first[0]["recorded"], true, "{first}");
+    let again = json(&a, &["sync", "ws"]);
+    assert_eq!(again[0]["recorded"], false, "nothing new: {again}");
+    assert_eq!(again[0]["version"], first[0]["version"]);
+
+    ok(&b, &["init", "--remote", &url]);
+    let out = dir.path().join("out");
+    let spec = format!("ws@{}", first[0]["version"].as_str().unwrap());
+    ok(&b, &["export", &spec, out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"written on host a");
+    m.unmount();
+}

@@ -69,6 +69,9 @@ enum Command {
     Volume(volume::Cmd),
     /// Record a volume's current state as a new version
     Snapshot(snapshot::Args),
+    /// Make every write so far durable in the store's object store (a
+    /// version of each changed volume; with a remote store, in the bucket)
+    Sync(snapshot::SyncArgs),
     /// Create a new volume from a version (constant time)
     Fork(fork::ForkArgs),
     /// Set a volume's head to a version (the old head is kept as a version)
@@ -119,6 +122,7 @@ pub fn run() -> i32 {
         Command::Init(a) => init::run(&g, a),
         Command::Volume(c) => volume::run(&g, c),
         Command::Snapshot(a) => snapshot::run(&g, a),
+        Command::Sync(a) => snapshot::sync(&g, a),
         Command::Fork(a) => fork::fork(&g, a),
         Command::Restore(a) => fork::restore(&g, a),
         Command::Tag(a) => snapshot::tag(&g, a),

@@ -29,6 +29,33 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 }
 
 #[derive(clap::Args)]
+pub struct SyncArgs {
+    /// One volume (default: all)
+    volume: Option<String>,
+}
+
+/// `forkfs sync`: works while a server or mount holds the store.
+pub fn sync(g: &Global, a: SyncArgs) -> anyhow::Result<()> {
+    let req = Request::Sync { volume: a.volume };
+    let done: Vec<control::Synced> =
+        serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
+    if g.json {
+        return print_json(&done);
+    }
+    for s in &done {
+        let short = |v: &str| v.chars().take(12).collect::<String>();
+        match (&s.version, s.recorded) {
+            (Some(v), true) => println!("{}: recorded {}@{}", s.volume, s.volume, short(v)),
+            (Some(v), false) => {
+                println!("{}: nothing new since {}@{}", s.volume, s.volume, short(v))
+            }
+            (None, _) => println!("{}: empty, no version yet", s.volume),
+        }
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
 pub struct TagArgs {
     /// VOL@VERSION
     version: String,

@@ -63,10 +63,11 @@ impl Backend {
         })
     }
 
-    /// Reads (`get`, `get_range`) fail once they have waited `d`, retries
-    /// included, rather than hang on an unreachable store.
+    /// Ranged reads (chunks, pack footers) fail once they have waited
+    /// `d`, retries included, rather than hang on an unreachable store.
+    /// Zero: no deadline.
     pub fn with_read_deadline(mut self, d: std::time::Duration) -> Backend {
-        self.read_deadline = Some(d);
+        self.read_deadline = (!d.is_zero()).then_some(d);
         self
     }
 
@@ -173,7 +174,9 @@ impl Backend {
     pub fn get(&self, key: &Path) -> Result<Bytes> {
         let store = self.store.clone();
         let k = key.clone();
-        self.read(key, async move { store.get(&k).await?.bytes().await })
+        // Whole objects (records, whole packs for GC and fsck) may take long
+        // on a slow link: no deadline.
+        self.run(async move { Ok(store.get(&k).await?.bytes().await?) })
     }
 
     pub fn get_range(&self, key: &Path, range: Range<u64>) -> Result<Bytes> {

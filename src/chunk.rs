@@ -380,7 +380,18 @@ impl ChunkStore {
             let range = loc.offset..loc.offset + loc.stored_len as u64;
             return self.backend.get_range(&key, range);
         };
-        let f = self.readahead.fetch(&self.backend, loc.pack, &key, len, &loc.entry(*id))?;
+        let e = loc.entry(*id);
+        let f = match self.readahead.fetch(&self.backend, loc.pack, &key, len, &e) {
+            Ok(f) => f,
+            // A damaged footer must not fail a chunk that is itself intact
+            // (an unreachable store fails the chunk alike: no second wait).
+            Err(err) if err.kind() == crate::ErrorKind::Corrupt => {
+                tracing::warn!(pack = %loc.pack, error = %err, "read-ahead failed; reading the chunk alone");
+                let range = loc.offset..loc.offset + loc.stored_len as u64;
+                return self.backend.get_range(&key, range);
+            }
+            Err(err) => return Err(err),
+        };
         for (e, stored) in &f.followers {
             self.stats.fetched_bytes.fetch_add(stored.len() as u64, Ordering::Relaxed);
             match pack::decompress(e, stored) {

@@ -103,7 +103,11 @@ impl DiskCache {
         let len = self.state.lock().entries.get(id)?.0;
         match std::fs::read(self.path(id)) {
             Ok(b) if b.len() as u64 == len && ChunkId::of(&b) == *id => {
-                self.state.lock().touch(*id, len);
+                let mut st = self.state.lock();
+                // Unless evicted meanwhile (then it is only served, not kept).
+                if st.entries.contains_key(id) {
+                    st.touch(*id, len);
+                }
                 Some(Bytes::from(b))
             }
             Ok(_) => {
@@ -141,24 +145,21 @@ impl DiskCache {
     }
 
     /// Drops an entry (bad, or its chunk is gone).
+    /// Files are deleted under the lock, so a concurrent `put` of the same
+    /// chunk cannot have its fresh file deleted under a new entry.
     pub fn forget(&self, id: &ChunkId) {
-        if self.state.lock().remove(id) {
+        let mut st = self.state.lock();
+        if st.remove(id) {
             let _ = std::fs::remove_file(self.path(id));
         }
     }
 
     fn evict(&self) {
-        loop {
-            let victim = {
-                let mut st = self.state.lock();
-                if st.bytes <= self.limit {
-                    return;
-                }
-                let Some((_, id)) = st.order.pop_first() else { return };
-                st.remove(&id);
-                id
-            };
-            let _ = std::fs::remove_file(self.path(&victim));
+        let mut st = self.state.lock();
+        while st.bytes > self.limit {
+            let Some((_, id)) = st.order.pop_first() else { return };
+            st.remove(&id);
+            let _ = std::fs::remove_file(self.path(&id));
         }
     }
 

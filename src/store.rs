@@ -506,9 +506,9 @@ impl Store {
     /// what the kernel cached of the part of the tree that changed), until
     /// [`Store::drop_restore_hook`] with the number returned.
     pub fn on_restore(&self, hook: RestoreHook) -> u64 {
-        let mut hooks = self.inner.restore_hooks.lock();
-        let id = hooks.last().map_or(1, |(n, _)| n + 1);
-        hooks.push((id, hook));
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.restore_hooks.lock().push((id, hook));
         id
     }
 

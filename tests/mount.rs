@@ -342,11 +342,17 @@ fn later_mounts_are_hosted_by_the_process_holding_the_store() {
     std::fs::write(copy.path("f"), b"forked").unwrap();
     assert_eq!(std::fs::read(live.path("f")).unwrap(), b"two", "forks share nothing mutable");
 
-    // One writer per volume: a second read-write mount is refused.
+    // One mount of a volume's live state: a second one is refused, also
+    // read-only (its caches would not see the writer's changes).
     let other = tempfile::tempdir().unwrap();
     let (code, msg) = fails(&store, &["mount", "live", other.path().to_str().unwrap(), "--daemon"]);
     assert_eq!(code, 75, "{msg}");
-    assert!(msg.contains("already mounted read-write"), "{msg}");
+    assert!(msg.contains("already mounted"), "{msg}");
+    let (code, msg) = fails(
+        &store,
+        &["mount", "live", other.path().to_str().unwrap(), "--daemon", "--read-only"],
+    );
+    assert_eq!(code, 75, "a live read-only mount next to the writer: {msg}");
     assert!(!common::mount::is_fuse_mount(other.path()));
 
     // A restore of live drops the kernel's caches of live only.

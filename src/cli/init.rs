@@ -36,7 +36,8 @@ pub struct Args {
     #[arg(long, requires = "remote", default_value = "8GiB")]
     cache_size: String,
     /// A read waits this long for the remote, retries included, then fails
-    /// (EIO to a client) [default: 20s; FORKFS_READ_DEADLINE overrides]
+    /// (EIO to a client); 0 = wait forever [default: 20s;
+    /// FORKFS_READ_DEADLINE overrides]
     #[arg(long, requires = "remote", value_parser = humantime::parse_duration)]
     read_deadline: Option<std::time::Duration>,
 }

@@ -40,8 +40,10 @@ struct State {
     running: usize,
     /// Set once the last mount ended: the process is on its way out.
     closing: bool,
-    /// Volumes mounted read-write (one writer per volume).
-    writers: HashSet<String>,
+    /// Volumes whose live head is mounted (read-write or not): one live
+    /// mount per volume, since a mount's kernel caches and open-file table
+    /// know nothing of another mount's changes. Versions are unlimited.
+    live: HashSet<String>,
     unmounters: Vec<(PathBuf, fuser::SessionUnmounter)>,
     /// Why the first mount to fail ended (the process's exit status).
     failure: Option<Error>,
@@ -69,22 +71,22 @@ impl Host {
     /// kernel has the mount.
     pub fn mount(self: &Arc<Self>, req: &MountRequest) -> Result<()> {
         let (vol, source) = self.source(req)?;
-        let writer = !req.read_only;
+        let live = matches!(source, Source::Live(_));
         {
             let mut st = self.state.lock();
             if st.closing {
                 return Err(shutting_down());
             }
-            if writer && !st.writers.insert(vol.clone()) {
+            if live && !st.live.insert(vol.clone()) {
                 return Err(Error::conflict(format!(
-                    "{vol} is already mounted read-write (one writer per volume; mount a version --read-only, or fork it)"
+                    "{vol} is already mounted (one mount of a volume's live state; mount a version --read-only, or fork it)"
                 )));
             }
             st.running += 1;
         }
         let started = self.start(req, &vol, source);
         if started.is_err() {
-            self.end(&vol, writer, None);
+            self.end(&vol, live, None, None);
         }
         started
     }
@@ -132,6 +134,7 @@ impl Host {
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
         let hook = self.watch_restores(&ws, vol, session.notifier());
         self.state.lock().unmounters.push((req.dir.clone(), session.unmount_callable()));
+        let live = ws.is_live();
         let (host, req, vol) = (self.clone(), req.clone(), vol.to_string());
         std::thread::Builder::new().name(format!("forkfs-mount-{vol}")).spawn(move || {
             let every = Duration::from_millis(req.checkpoint_every_ms);
@@ -155,11 +158,7 @@ impl Host {
             }
             tracing::info!(volume = %vol, dir = %req.dir.display(), "unmounted");
             host.state.lock().unmounters.retain(|(d, _)| *d != req.dir);
-            // `forkfs umount` waits for the record to go (and, for the last
-            // mount, for the process), so it goes after the last checkpoint
-            // and before the process may exit.
-            drop(record);
-            host.end(&vol, !req.read_only, result.err());
+            host.end(&vol, live, result.err(), Some(record));
         })?;
         Ok(())
     }
@@ -176,11 +175,16 @@ impl Host {
         }))
     }
 
-    fn end(&self, vol: &str, writer: bool, failure: Option<Error>) {
+    /// A mount ended (or failed to start). Its record goes last, under the
+    /// lock: `forkfs umount` returns once it is gone, so by then the volume
+    /// can be mounted again, and the process (if this was its last mount)
+    /// cannot have exited before.
+    fn end(&self, vol: &str, live: bool, failure: Option<Error>, record: Option<Record>) {
         let mut st = self.state.lock();
-        if writer {
-            st.writers.remove(vol);
+        if live {
+            st.live.remove(vol);
         }
+        drop(record);
         if st.failure.is_none() {
             st.failure = failure;
         }

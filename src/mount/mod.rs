@@ -77,7 +77,14 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
     };
     let host = host::Host::new(store.clone());
     let control = forkfs::control::serve(store.clone())?;
-    host.mount(&req)?;
+    if let Err(e) = host.mount(&req) {
+        // A mount asked for over the socket meanwhile ends too, cleanly.
+        host.unmount_all();
+        host.wait();
+        drop(control);
+        store.sync()?;
+        return Err(e.into());
+    }
     stop_on_signals(signals, host.clone())?;
     ready(
         report,

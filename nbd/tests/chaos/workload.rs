@@ -157,8 +157,7 @@ impl Workload {
         // The name moves with the inode, and the inode's content may still
         // be any of its states since the last durable point.
         let contents: Vec<St> = self.model.names[from].states.clone();
-        let had_file = |n: &super::model::Name| n.states.iter().any(|s| *s != St::Absent);
-        if self.model.names.get(&to).is_some_and(had_file) {
+        if self.model.current(&to) != St::Absent {
             self.model.renamed_over(&to);
         }
         for c in contents.into_iter().filter(|c| matches!(c, St::Data(..))) {

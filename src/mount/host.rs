@@ -205,12 +205,14 @@ impl Host {
         }
     }
 
-    /// Waits until every mount has ended; the first failure, if any.
+    /// Waits until no mount is running (at once if none ever started), and
+    /// refuses new ones from then on; the first failure, if any.
     pub fn wait(&self) -> Option<Error> {
         let mut st = self.state.lock();
-        while !st.closing {
+        while st.running > 0 {
             self.ended.wait(&mut st);
         }
+        st.closing = true;
         st.failure.take()
     }
 }

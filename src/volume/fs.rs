@@ -67,6 +67,14 @@ pub struct FsReader<'a> {
 }
 
 impl<'a> FsReader<'a> {
+    /// The fs record (next inode number, orphans).
+    pub(crate) fn meta(&self) -> Result<Meta> {
+        match self.view.lookup(Space::Root, 0, META_KEY, self.root)? {
+            Some(Found::Value(v)) => Meta::decode(&v),
+            _ => Err(Error::corrupt("fs volume has no record")),
+        }
+    }
+
     pub fn inode(&self, ino: u64) -> Result<Inode> {
         match self.view.lookup(Space::Root, 0, ino, self.root)? {
             Some(Found::Value(v)) => Inode::decode(&v),
@@ -154,7 +162,7 @@ impl<'a> FsReader<'a> {
             if dirty.len() >= limit {
                 hi = hi.min(dirty.last().expect("non-empty").0);
             }
-            for (k, d) in dirty.into_iter().filter(|(k, _)| *k <= hi) {
+            for (k, d) in dirty {
                 match d {
                     Dirty::Value(v) => groups.insert(k, v),
                     _ => groups.remove(&k),
@@ -238,12 +246,8 @@ impl Head {
 /// The fs record to stage when `head` is restored to `root`: the restored
 /// one, with the live head's next inode number if that is higher.
 pub(crate) fn restored_meta(head: &Head, root: MapRoot) -> Result<Bytes> {
-    let meta_at = |r: FsReader<'_>| match r.view.lookup(Space::Root, 0, META_KEY, r.root)? {
-        Some(Found::Value(v)) => Meta::decode(&v),
-        _ => Err(Error::corrupt("fs volume has no record")),
-    };
-    let live = meta_at(head.fs())?;
-    let mut restored = meta_at(reader_for_version(&head.store, root, head.record().block_size))?;
+    let live = head.fs().meta()?;
+    let mut restored = reader_for_version(&head.store, root, head.record().block_size).meta()?;
     restored.next_ino = restored.next_ino.max(live.next_ino);
     Ok(Bytes::from(restored.encode()))
 }

@@ -207,15 +207,8 @@ impl Head {
             return Err(Error::posix(Posix::FileTooBig, "size beyond the largest file size"));
         }
         self.txn(|t| {
-            let mut inode = t.inode(ino)?;
+            let mut inode = if attr.size.is_some() { file(t, ino)? } else { t.inode(ino)? };
             if let Some(size) = attr.size {
-                if inode.kind == FileKind::Dir {
-                    return Err(Error::posix(Posix::IsDir, format!("inode {ino} is a directory")));
-                }
-                if inode.kind != FileKind::File {
-                    let why = format!("inode {ino} is not a regular file");
-                    return Err(Error::posix(Posix::Invalid, why));
-                }
                 resize(self, t, &mut inode, size)?;
                 inode.mtime = t.now;
             }
@@ -308,7 +301,7 @@ impl Head {
                     format!("{} is a directory", name_of(name)),
                 ));
             }
-            if is_dir && !t.is_empty_dir(&target)? {
+            if is_dir && !t.r.is_empty(&target)? {
                 let why = format!("{} is not empty", name_of(name));
                 return Err(Error::posix(Posix::NotEmpty, why));
             }
@@ -392,11 +385,6 @@ impl Head {
             }
             Ok(orphans.len())
         })
-    }
-
-    /// Makes every change acknowledged so far durable (data log, then WAL).
-    pub fn sync(&self) -> Result<()> {
-        self.store.sync()
     }
 }
 

@@ -19,6 +19,8 @@ pub(super) struct Txn<'a> {
     pub r: FsReader<'a>,
     /// Staged inode records; `None` deletes the inode and its content.
     inodes: BTreeMap<u64, Option<Inode>>,
+    /// Inodes read and not (yet) changed: each record is read once.
+    read: BTreeMap<u64, Inode>,
     /// Staged entry groups: (directory, name key) -> entries.
     groups: BTreeMap<(u64, u64), Vec<DirEntry>>,
     /// The fs record as read, and as changed.
@@ -37,6 +39,7 @@ impl<'a> Txn<'a> {
             head,
             r: head.fs(),
             inodes: BTreeMap::new(),
+            read: BTreeMap::new(),
             groups: BTreeMap::new(),
             meta: None,
             b: WriteBatch::default(),
@@ -48,10 +51,14 @@ impl<'a> Txn<'a> {
         match self.inodes.get(&ino) {
             Some(Some(i)) => Ok(i.clone()),
             Some(None) => Err(Error::posix(Posix::NoEntry, format!("inode {ino} was removed"))),
-            None => self.r.inode(ino).map_err(|e| match e.kind() {
-                crate::ErrorKind::NotFound => Error::posix(Posix::NoEntry, e.to_string()),
-                _ => e,
-            }),
+            None => {
+                if let Some(i) = self.read.get(&ino) {
+                    return Ok(i.clone());
+                }
+                let i = self.r.inode(ino)?;
+                self.read.insert(ino, i.clone());
+                Ok(i)
+            }
         }
     }
 
@@ -108,18 +115,9 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// Entries staged in this transaction are not seen here: callers only
-    /// ask about directories whose own entries they do not change.
-    pub fn is_empty_dir(&mut self, dir: &Inode) -> Result<bool> {
-        self.r.is_empty(dir)
-    }
-
     pub fn meta(&mut self) -> Result<&mut Meta> {
         if self.meta.is_none() {
-            let m = match self.r.view.lookup(Space::Root, 0, META_KEY, self.r.root)? {
-                Some(super::Found::Value(v)) => Meta::decode(&v)?,
-                _ => return Err(Error::corrupt("fs volume has no record")),
-            };
+            let m = self.r.meta()?;
             self.meta = Some((m.clone(), m));
         }
         Ok(&mut self.meta.as_mut().expect("loaded above").1)

@@ -52,7 +52,7 @@ pub(super) fn rename(
                 let why = format!("{} is a directory", name_of(new_name));
                 return Err(Error::posix(Posix::IsDir, why));
             }
-            (true, true) if !t.is_empty_dir(&dst)? => {
+            (true, true) if !t.r.is_empty(&dst)? => {
                 let why = format!("{} is not empty", name_of(new_name));
                 return Err(Error::posix(Posix::NotEmpty, why));
             }

@@ -196,7 +196,16 @@ fn import_dir(head: &Head, dir: u64, src: &Path, copied: &mut u64) -> anyhow::Re
             *copied += off;
             i
         } else {
-            head.create(dir, &name, special_kind(&m), perm, owner, None)?
+            // Device numbers come along (Linux's rdev fits 32 bits).
+            let node = forkfs::volume::fsops::NewNode {
+                kind: special_kind(&m),
+                perm,
+                uid: owner.0,
+                gid: owner.1,
+                target: None,
+                rdev: m.rdev() as u32,
+            };
+            head.make(dir, &name, &node)?
         };
         let times = SetAttr {
             atime: Some(time_of(m.atime(), m.atime_nsec())),
@@ -332,7 +341,7 @@ fn export_dir(r: &FsReader<'_>, dir: &Inode, dest: &Path, copied: &mut u64) -> a
                     f.write_all(&buf[..n])?;
                     off += n as u64;
                 }
-                f.set_modified(to_system_time(inode.mtime))?;
+                f.set_modified(inode.mtime.to_system())?;
                 *copied += inode.size;
             }
             FileKind::Symlink => {
@@ -350,8 +359,4 @@ fn export_dir(r: &FsReader<'_>, dir: &Inode, dest: &Path, copied: &mut u64) -> a
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(inode.perm as u32))?;
     }
     Ok(())
-}
-
-fn to_system_time(t: Time) -> std::time::SystemTime {
-    std::time::UNIX_EPOCH + std::time::Duration::new(t.secs.max(0) as u64, t.nanos.min(999_999_999))
 }

@@ -5,7 +5,7 @@ use forkfs::error::Posix;
 use forkfs::volume::inode::{FileKind, Inode, Time};
 use forkfs::{Error, ErrorKind};
 use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 pub fn errno(e: &Error) -> Errno {
     let code = match e.posix_condition() {
@@ -67,30 +67,6 @@ pub fn kind_of_mode(mode: u32) -> Option<FileKind> {
     })
 }
 
-pub fn system_time(t: Time) -> SystemTime {
-    if t.secs >= 0 {
-        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs())
-            + Duration::from_nanos(t.nanos as u64)
-    }
-}
-
-pub fn time_of(t: SystemTime) -> Time {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Time { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
-        Err(e) => {
-            let d = e.duration();
-            let (mut secs, mut nanos) = (-(d.as_secs() as i64), d.subsec_nanos());
-            if nanos > 0 {
-                secs -= 1;
-                nanos = 1_000_000_000 - nanos;
-            }
-            Time { secs, nanos }
-        }
-    }
-}
-
 /// A time the kernel sent (setattr). fuser 0.18 turns the kernel's
 /// (secs < 0, nsec) into `UNIX_EPOCH - (-secs s + nsec ns)`, which is
 /// wrong for sub-second times before 1970 (-1.2 s, sent as (-2, 8e8),
@@ -99,8 +75,8 @@ pub fn kernel_time(t: TimeOrNow) -> Time {
     match t {
         TimeOrNow::Now => Time::now(),
         TimeOrNow::SpecificTime(t) => match t.duration_since(UNIX_EPOCH) {
-            Ok(_) => time_of(t),
-            Err(e) if e.duration().as_secs() == 0 => time_of(t),
+            Ok(_) => Time::of(t),
+            Err(e) if e.duration().as_secs() == 0 => Time::of(t),
             Err(e) => {
                 let d = e.duration();
                 Time { secs: -(d.as_secs() as i64), nanos: d.subsec_nanos() }
@@ -115,10 +91,10 @@ pub fn attr(i: &Inode, ino: u64, blksize: u32) -> FileAttr {
         ino: INodeNo(ino),
         size: i.size,
         blocks: i.size.div_ceil(512),
-        atime: system_time(i.atime),
-        mtime: system_time(i.mtime),
-        ctime: system_time(i.ctime),
-        crtime: system_time(i.crtime),
+        atime: i.atime.to_system(),
+        mtime: i.mtime.to_system(),
+        ctime: i.ctime.to_system(),
+        crtime: i.crtime.to_system(),
         kind: file_type(i.kind),
         perm: i.perm,
         nlink: i.nlink,
@@ -133,18 +109,7 @@ pub fn attr(i: &Inode, ino: u64, blksize: u32) -> FileAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_round_trip_both_sides_of_the_epoch() {
-        for t in [
-            Time { secs: 0, nanos: 0 },
-            Time { secs: 1_700_000_000, nanos: 123 },
-            Time { secs: -1, nanos: 5 },
-            Time { secs: -86_400, nanos: 999_999_999 },
-        ] {
-            assert_eq!(time_of(system_time(t)), t);
-        }
-    }
+    use std::time::Duration;
 
     #[test]
     fn kernel_times_survive_fusers_pre_epoch_conversion() {

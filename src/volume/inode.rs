@@ -51,9 +51,36 @@ pub struct Time {
 
 impl Time {
     pub fn now() -> Time {
-        let d =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Time { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+        Time::of(std::time::SystemTime::now())
+    }
+
+    /// A `SystemTime`, either side of 1970.
+    pub fn of(t: std::time::SystemTime) -> Time {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Time { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                let (mut secs, mut nanos) = (-(d.as_secs() as i64), d.subsec_nanos());
+                if nanos > 0 {
+                    secs -= 1;
+                    nanos = 1_000_000_000 - nanos;
+                }
+                Time { secs, nanos }
+            }
+        }
+    }
+
+    /// As a `SystemTime`; a time it cannot hold (a record from disk may
+    /// say anything) is the epoch rather than a panic.
+    pub fn to_system(self) -> std::time::SystemTime {
+        use std::time::{Duration, UNIX_EPOCH};
+        let nanos = Duration::from_nanos(self.nanos.min(999_999_999) as u64);
+        let t = if self.secs >= 0 {
+            UNIX_EPOCH.checked_add(Duration::from_secs(self.secs as u64))
+        } else {
+            UNIX_EPOCH.checked_sub(Duration::from_secs(self.secs.unsigned_abs()))
+        };
+        t.and_then(|t| t.checked_add(nanos)).unwrap_or(UNIX_EPOCH)
     }
 }
 
@@ -418,6 +445,24 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_round_trip_both_sides_of_the_epoch() {
+        for t in [
+            Time { secs: 0, nanos: 0 },
+            Time { secs: 1_700_000_000, nanos: 123 },
+            Time { secs: -1, nanos: 5 },
+            Time { secs: -86_400, nanos: 999_999_999 },
+        ] {
+            assert_eq!(Time::of(t.to_system()), t);
+        }
+        // Records from disk may hold anything: extremes convert without a
+        // panic (nanoseconds beyond a second are clamped).
+        for secs in [i64::MIN, i64::MAX] {
+            let t = Time { secs, nanos: u32::MAX };
+            assert_eq!(Time::of(t.to_system()), Time { secs, nanos: 999_999_999 });
+        }
+    }
 
     #[test]
     fn inodes_and_entries_round_trip() {

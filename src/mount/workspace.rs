@@ -27,8 +27,9 @@ pub struct Workspace {
     slots: Slots,
     pub block_size: u32,
     read_only: bool,
-    /// Open file handles per inode.
-    opens: Mutex<HashMap<u64, u32>>,
+    /// Per inode: handles open, and whether its last name went meanwhile
+    /// (then the last close deletes it; other closes touch no record).
+    opens: Mutex<HashMap<u64, (u32, bool)>>,
     next_fh: AtomicU64,
 }
 
@@ -73,7 +74,7 @@ impl Workspace {
     /// fsync: a read-only mount has nothing to make durable.
     pub fn sync(&self) -> Result<(), Error> {
         match self.head() {
-            Ok(h) => h.sync(),
+            Ok(h) => h.flush(),
             Err(_) => Ok(()),
         }
     }
@@ -184,31 +185,38 @@ impl Workspace {
     }
 
     pub fn open(&self, ino: u64) -> u64 {
-        *self.opens.lock().entry(ino).or_insert(0) += 1;
+        self.opens.lock().entry(ino).or_insert((0, false)).0 += 1;
         self.next_fh.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Drops one handle; the last one of an unlinked file deletes it.
     pub fn release(&self, ino: u64) -> Result<(), Error> {
-        let last = {
+        let orphan_closed = {
             let mut o = self.opens.lock();
-            let n = o.entry(ino).or_insert(1);
-            *n -= 1;
-            if *n == 0 {
+            let e = o.entry(ino).or_insert((1, false));
+            e.0 -= 1;
+            let done = (e.0 == 0).then_some(e.1);
+            if done.is_some() {
                 o.remove(&ino);
-                true
-            } else {
-                false
             }
+            done == Some(true)
         };
         match (self.head(), self.own(ino)) {
-            (Ok(h), Ok(own)) if last => h.release(own),
+            (Ok(h), Ok(own)) if orphan_closed => h.release(own),
             _ => Ok(()),
         }
     }
 
+    /// Asked by the core when `ino` loses its last name: if open, it stays
+    /// (an orphan) until its last close, which is noted here.
     pub fn is_open(&self, ino: u64) -> bool {
-        self.opens.lock().contains_key(&ino)
+        match self.opens.lock().get_mut(&ino) {
+            Some(e) => {
+                e.1 = true;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Owner and mode bits of a new inode in `parent`: a set-group-ID

@@ -202,7 +202,7 @@ fn log(store: &Store, volume: &str) -> Result<serde_json::Value> {
 pub struct Synced {
     pub volume: String,
     /// The version that now holds every write made before the sync.
-    pub version: Option<String>,
+    pub version: Option<crate::id::VersionId>,
     /// A new version was recorded (else the head had nothing new).
     pub recorded: bool,
 }
@@ -215,33 +215,18 @@ pub struct Synced {
 /// synced. Volumes this process has not opened and that hold nothing
 /// unsaved are not opened (on a remote store that would take their lease).
 pub fn sync(store: &Store, volume: Option<&str>) -> Result<Vec<Synced>> {
-    let names: Vec<String> = match volume {
-        Some(v) => vec![store.volume(v)?.name.to_string()],
-        None => store.volumes()?.into_iter().map(|r| r.name.to_string()).collect(),
+    let recs = match volume {
+        Some(v) => vec![store.volume(v)?],
+        None => store.volumes()?,
     };
     let mut out = Vec::new();
-    for name in names {
-        let rec = store.volume(&name)?;
+    for rec in recs {
+        let before = store.head_base(&rec)?;
+        let name = rec.name.to_string();
         let open = store.open_head(&name).is_some();
         let unsaved = !crate::overlay::Overlay::new(store.index(), rec.id).is_empty()?;
-        if !open && !unsaved {
-            let base = store.head_base(&rec)?;
-            out.push(Synced {
-                volume: name,
-                version: base.map(|v| v.to_string()),
-                recorded: false,
-            });
-            continue;
-        }
-        let before = store.head_base(&rec)?;
-        let opts = crate::graph::SnapshotOptions {
-            origin: Some(crate::version::Origin::Auto),
-            skip_if_clean: true,
-            ..Default::default()
-        };
-        let v = store.snapshot(&name, &opts)?;
-        let recorded = before != Some(v.id);
-        out.push(Synced { volume: name, version: Some(v.id.to_string()), recorded });
+        let version = if open || unsaved { Some(store.auto_version(&name)?.id) } else { before };
+        out.push(Synced { volume: name, version, recorded: version != before });
     }
     store.sync()?;
     Ok(out)

@@ -258,15 +258,19 @@ impl Store {
     pub fn resolve_version(&self, spec: &str) -> Result<VersionRecord> {
         match self.resolve(spec)? {
             Target::Version(v) => Ok(v),
-            Target::Head(vol) => self.snapshot(
-                vol.name.as_str(),
-                &SnapshotOptions {
-                    skip_if_clean: true,
-                    origin: Some(Origin::Auto),
-                    ..Default::default()
-                },
-            ),
+            Target::Head(vol) => self.auto_version(vol.name.as_str()),
         }
+    }
+
+    /// An automatic version of `volume`, unless nothing changed since its
+    /// last one (then that one).
+    pub fn auto_version(&self, volume: &str) -> Result<VersionRecord> {
+        let opts = SnapshotOptions {
+            skip_if_clean: true,
+            origin: Some(Origin::Auto),
+            ..Default::default()
+        };
+        self.snapshot(volume, &opts)
     }
 
     /// Creates volume `new_name` whose head starts at `from`. O(1): the new

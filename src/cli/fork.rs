@@ -2,8 +2,7 @@
 
 use super::Global;
 use super::output::print_json;
-use forkfs::control::{self, Request};
-use forkfs::progress::Quiet;
+use forkfs::control::Request;
 use forkfs::{VersionRecord, VolumeRecord};
 
 #[derive(clap::Args)]
@@ -17,7 +16,7 @@ pub struct ForkArgs {
 /// Works while a server holds the store (through its control socket).
 pub fn fork(g: &Global, a: ForkArgs) -> anyhow::Result<()> {
     let req = Request::Fork { source: a.source, new: a.new };
-    let j = control::run(&g.store_dir(), &req, &Quiet)?;
+    let j: serde_json::Value = g.call(&req)?;
     let from: VersionRecord = serde_json::from_value(j["from"].clone())?;
     let rec: VolumeRecord = serde_json::from_value(j["volume"].clone())?;
     if g.json {
@@ -37,7 +36,7 @@ pub struct RestoreArgs {
 /// Works while a server holds the store (through its control socket).
 pub fn restore(g: &Global, a: RestoreArgs) -> anyhow::Result<()> {
     let req = Request::Restore { volume: a.volume.clone(), version: a.version };
-    let j = control::run(&g.store_dir(), &req, &Quiet)?;
+    let j: serde_json::Value = g.call(&req)?;
     let to: VersionRecord = serde_json::from_value(j["restored"].clone())?;
     let pre: VersionRecord = serde_json::from_value(j["previous_head"].clone())?;
     if g.json {

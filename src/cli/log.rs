@@ -2,8 +2,7 @@
 
 use super::Global;
 use super::output::{age, bytes, print_json};
-use forkfs::control::{self, Request};
-use forkfs::progress::Quiet;
+use forkfs::control::Request;
 use forkfs::{Diff, PathChange};
 
 #[derive(clap::Args)]
@@ -18,7 +17,7 @@ pub struct LogArgs {
 /// store (through its control socket).
 pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
     let req = Request::Log { volume: a.volume.clone() };
-    let j = control::run(&g.store_dir(), &req, &Quiet)?;
+    let j: serde_json::Value = g.call(&req)?;
     let field = |k: &str| j[k].as_array().cloned().unwrap_or_default();
     // One event list: versions and rollbacks, by time.
     let mut events: Vec<serde_json::Value> = field("versions")
@@ -102,12 +101,8 @@ pub struct DiffArgs {
 }
 
 pub fn diff(g: &Global, a: DiffArgs) -> anyhow::Result<()> {
-    let req = forkfs::control::Request::Diff { from: a.from.clone(), to: a.to.clone() };
-    let d: Diff = serde_json::from_value(forkfs::control::run(
-        &g.store_dir(),
-        &req,
-        &forkfs::progress::Quiet,
-    )?)?;
+    let req = Request::Diff { from: a.from.clone(), to: a.to.clone() };
+    let d: Diff = g.call(&req)?;
     if g.json {
         return print_json(&d);
     }

@@ -55,6 +55,16 @@ impl Global {
         data.join("forkfs")
     }
 
+    /// Runs a control request here, or in the process that holds the
+    /// store; its answer, decoded.
+    pub fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        req: &forkfs::control::Request,
+    ) -> anyhow::Result<T> {
+        let v = forkfs::control::run(&self.store_dir(), req, &forkfs::progress::Quiet)?;
+        Ok(serde_json::from_value(v)?)
+    }
+
     pub fn open(&self) -> forkfs::Result<Store> {
         Store::open(&self.store_dir())
     }

@@ -6,8 +6,7 @@ use super::Global;
 use super::output::print_json;
 use anyhow::Context;
 use forkfs::VersionRecord;
-use forkfs::control::{self, Request};
-use forkfs::progress::Quiet;
+use forkfs::control::Request;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,7 +18,7 @@ pub struct Args {
 
 fn snapshot(g: &Global, volume: &str, label: String) -> anyhow::Result<VersionRecord> {
     let req = Request::Snapshot { volume: volume.into(), name: None, label: Some(label) };
-    Ok(serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?)
+    g.call(&req)
 }
 
 /// Returns the command's exit code (128 + N when killed by signal N).

@@ -3,7 +3,6 @@
 use super::Global;
 use super::output::print_json;
 use forkfs::control::{self, Request};
-use forkfs::progress::Quiet;
 use forkfs::{Target, VersionRecord};
 
 #[derive(clap::Args)]
@@ -20,7 +19,7 @@ pub struct Args {
 /// Works while a server holds the store (through its control socket).
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let req = Request::Snapshot { volume: a.volume, name: a.name, label: a.message };
-    let v: VersionRecord = serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
+    let v: VersionRecord = g.call(&req)?;
     if g.json {
         return print_json(&v);
     }
@@ -37,17 +36,15 @@ pub struct SyncArgs {
 /// `forkfs sync`: works while a server or mount holds the store.
 pub fn sync(g: &Global, a: SyncArgs) -> anyhow::Result<()> {
     let req = Request::Sync { volume: a.volume };
-    let done: Vec<control::Synced> =
-        serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
+    let done: Vec<control::Synced> = g.call(&req)?;
     if g.json {
         return print_json(&done);
     }
     for s in &done {
-        let short = |v: &str| v.chars().take(12).collect::<String>();
         match (&s.version, s.recorded) {
-            (Some(v), true) => println!("{}: recorded {}@{}", s.volume, s.volume, short(v)),
+            (Some(v), true) => println!("{}: recorded {}@{}", s.volume, s.volume, v.short()),
             (Some(v), false) => {
-                println!("{}: nothing new since {}@{}", s.volume, s.volume, short(v))
+                println!("{}: nothing new since {}@{}", s.volume, s.volume, v.short())
             }
             (None, _) => println!("{}: empty, no version yet", s.volume),
         }

@@ -2,8 +2,7 @@
 
 use super::Global;
 use super::output::{age, bytes, parse_size, print_json};
-use forkfs::control::{self, Request};
-use forkfs::progress::Quiet;
+use forkfs::control::Request;
 use forkfs::{VolumeKind, VolumeRecord};
 
 #[derive(clap::Subcommand)]
@@ -67,16 +66,14 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
                 .transpose()
                 .map_err(|_| forkfs::Error::invalid("block size too large"))?;
             let req = Request::CreateVolume { name, kind, size, block_size: bs };
-            let rec: VolumeRecord =
-                serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
+            let rec: VolumeRecord = g.call(&req)?;
             if g.json {
                 return print_json(&rec);
             }
             println!("created {} volume {} ({})", rec.kind, rec.name, bytes(rec.size));
         }
         Cmd::List => {
-            let vols: Vec<VolumeRecord> =
-                serde_json::from_value(control::run(&g.store_dir(), &Request::Volumes, &Quiet)?)?;
+            let vols: Vec<VolumeRecord> = g.call(&Request::Volumes)?;
             if g.json {
                 return print_json(&vols);
             }
@@ -145,7 +142,7 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
 fn consistency(g: &Global, name: &str, mode: Option<&str>) -> anyhow::Result<()> {
     let mode = mode.map(str::parse).transpose()?;
     let req = Request::Consistency { volume: name.to_string(), mode };
-    let rec: VolumeRecord = serde_json::from_value(control::run(&g.store_dir(), &req, &Quiet)?)?;
+    let rec: VolumeRecord = g.call(&req)?;
     if g.json {
         return print_json(&serde_json::json!({ "volume": name, "consistency": rec.consistency }));
     }

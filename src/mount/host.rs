@@ -147,11 +147,8 @@ impl Host {
             drop(checkpoints);
             // The hook holds the session's notifier (its /dev/fuse fd).
             host.store.drop_restore_hook(hook);
-            let last = if req.read_only {
-                Ok(())
-            } else {
-                super::checkpoint(&host.store, &vol).map(|_| ())
-            };
+            let last =
+                if req.read_only { Ok(()) } else { host.store.auto_version(&vol).map(|_| ()) };
             let result = result.and(last);
             if let Err(e) = &result {
                 tracing::error!(volume = %vol, error = %e, "mount ended with an error");

@@ -195,16 +195,6 @@ pub(crate) fn invalidate(
     );
 }
 
-/// An automatic version, unless nothing changed since the last one.
-pub(crate) fn checkpoint(store: &Store, vol: &str) -> forkfs::Result<forkfs::VersionRecord> {
-    let opts = forkfs::SnapshotOptions {
-        origin: Some(forkfs::Origin::Auto),
-        skip_if_clean: true,
-        ..Default::default()
-    };
-    store.snapshot(vol, &opts)
-}
-
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and so in every
 /// thread started after).
 fn block_stop_signals() -> libc::sigset_t {
@@ -252,7 +242,7 @@ pub(crate) fn checkpointer(store: Store, vol: String, every: Duration) -> Checkp
                     return;
                 }
             }
-            if let Err(e) = checkpoint(&store, &vol) {
+            if let Err(e) = store.auto_version(&vol) {
                 tracing::warn!(volume = %vol, error = %e, "checkpoint failed");
             }
         }

@@ -2,16 +2,10 @@
 
 mod common;
 
+use common::mount::new_store as store;
 use common::{fails, json, ok};
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
-
-fn store() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let s = dir.path().join("store");
-    ok(&s, &["init"]);
-    (dir, s)
-}
 
 #[test]
 fn bad_input_gets_one_line_errors_and_distinct_exit_codes() {

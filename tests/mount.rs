@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::mount::{Mounted, cpath, lstat, new_store, require_tool, run};
+use common::mount::{Mounted, cpath, diff, lstat, new_store, require_tool, run};
 use common::{fails, json, ok};
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, symlink};
@@ -181,17 +181,6 @@ fn cargo_builds_and_runs_a_crate_inside_the_mount() {
 }
 
 /// The (change, path, from) lines of `forkfs diff`.
-fn diff(store: &Path, from: &str, to: &str) -> BTreeSet<(String, String, String)> {
-    let d = json(store, &["diff", from, to]);
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
-    d["paths"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (s(&p["change"]), s(&p["path"]), s(&p["from"])))
-        .collect()
-}
-
 fn set(items: &[(&str, &str, &str)]) -> BTreeSet<(String, String, String)> {
     items.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())).collect()
 }

@@ -3,16 +3,9 @@
 
 mod common;
 
-use common::mount::{Mounted, is_fuse_mount, new_store, wait_gone};
+use common::mount::{Mounted, diff, is_fuse_mount, new_store, wait_gone};
 use common::{fails, json, ok};
 use std::path::Path;
-
-/// The (change, path) lines of `forkfs diff`.
-fn diff(store: &Path, from: &str, to: &str) -> Vec<(String, String)> {
-    let d = json(store, &["diff", from, to]);
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
-    d["paths"].as_array().unwrap().iter().map(|p| (s(&p["change"]), s(&p["path"]))).collect()
-}
 
 /// The same failure exits alike in the foreground and with --daemon, and
 /// like other commands meeting the same condition (README: 64 bad input,
@@ -71,5 +64,6 @@ fn sigterm_unmounts_after_a_final_checkpoint() {
     assert_eq!(log.as_array().unwrap().len(), versions + 1, "no final checkpoint");
     assert_eq!(log[0]["origin"], "auto");
     let new = format!("term@{}", log[0]["id"].as_str().unwrap());
-    assert_eq!(diff(&store, "term@before", &new), [("added".into(), "/late".into())]);
+    let want = [("added".to_string(), "/late".to_string(), String::new())];
+    assert_eq!(diff(&store, "term@before", &new), want.into());
 }

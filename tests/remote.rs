@@ -6,27 +6,11 @@
 mod common;
 
 use common::random;
-use common::s3::{S3, forkfs};
+use common::s3::S3;
+use common::{forkfs, json, ok};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn ok(store: &Path, args: &[&str]) -> String {
-    let out = forkfs(store, args);
-    assert!(
-        out.status.success(),
-        "forkfs {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn json(store: &Path, args: &[&str]) -> serde_json::Value {
-    let mut a = vec!["--json"];
-    a.extend_from_slice(args);
-    serde_json::from_str(&ok(store, &a)).unwrap()
-}
 
 #[test]
 fn a_volume_round_trips_through_the_bucket_to_a_second_host() {

@@ -8,7 +8,8 @@
 
 mod common;
 
-use common::s3::{S3, forkfs};
+use common::forkfs;
+use common::s3::S3;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;

@@ -11,14 +11,19 @@ pub fn forkfs_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_forkfs"))
 }
 
+/// `forkfs --store STORE ARGS...`, with the credentials of the loopback
+/// S3 server (`s3::S3`; unused by local stores).
+pub fn command(store: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(forkfs_bin());
+    c.arg("--store").arg(store).args(args);
+    c.env("AWS_ACCESS_KEY_ID", "test").env("AWS_SECRET_ACCESS_KEY", "test");
+    c.env("AWS_REGION", "us-east-1");
+    c
+}
+
 /// Runs `forkfs --store STORE ARGS...`.
 pub fn forkfs(store: &Path, args: &[&str]) -> Output {
-    Command::new(forkfs_bin())
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .expect("forkfs binary runs")
+    command(store, args).output().expect("forkfs binary runs")
 }
 
 /// Runs forkfs and asserts success, returning stdout.

@@ -194,6 +194,18 @@ pub fn wait_gone(pid: u32, secs: u64) -> bool {
     }
 }
 
+/// `forkfs diff FROM TO` as (change, path, from) triples.
+pub fn diff(
+    store: &Path,
+    from: &str,
+    to: &str,
+) -> std::collections::BTreeSet<(String, String, String)> {
+    let d = super::json(store, &["diff", from, to]);
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+    let paths = d["paths"].as_array().unwrap_or_else(|| panic!("not an fs diff: {d}"));
+    paths.iter().map(|p| (s(&p["change"]), s(&p["path"]), s(&p["from"]))).collect()
+}
+
 /// Fails the test (instead of skipping) when `tool` is not installed.
 pub fn require_tool(tool: &str) {
     let found = Command::new("sh")

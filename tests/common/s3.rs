@@ -1,8 +1,7 @@
 //! An S3 API on loopback for the remote-store tests: moto's server.
 
 use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// moto's S3 server on a free loopback port; killed on drop.
@@ -56,17 +55,4 @@ impl Drop for S3 {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Runs forkfs with the test credentials for the S3 server.
-pub fn forkfs(store: &Path, args: &[&str]) -> Output {
-    Command::new(super::forkfs_bin())
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .output()
-        .expect("run forkfs")
 }

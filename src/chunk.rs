@@ -61,10 +61,6 @@ pub struct ChunkStats {
     pub bytes_plain_written: AtomicU64,
     pub bytes_stored_written: AtomicU64,
     pub packs_written: AtomicU64,
-    /// Stored bytes read from the backend for chunk reads.
-    pub fetched_bytes: AtomicU64,
-    /// Chunk reads served by the on-disk cache.
-    pub disk_cache_hits: AtomicU64,
 }
 
 /// A sealed pack on its way to the object store.
@@ -340,7 +336,6 @@ impl ChunkStore {
             return r;
         }
         if let Some(plain) = self.disk.as_ref().and_then(|d| d.get(id)) {
-            self.stats.disk_cache_hits.fetch_add(1, Ordering::Relaxed);
             self.cache.insert(*id, plain.clone());
             return Ok(plain);
         }
@@ -360,7 +355,6 @@ impl ChunkStore {
             }
         };
         let plain = pack::decompress(&loc.entry(*id), &stored)?;
-        self.stats.fetched_bytes.fetch_add(stored.len() as u64, Ordering::Relaxed);
         if let Some(d) = &self.disk {
             d.put(id, &plain);
         }
@@ -372,16 +366,13 @@ impl ChunkStore {
     /// read-ahead, the chunks after it go to the disk cache, verified.
     fn fetch_stored(&self, id: &ChunkId, loc: &crate::index::Location) -> Result<Bytes> {
         let key = paths::pack(&loc.pack);
-        let pack_len = match &self.disk {
-            Some(_) => self.index.pack_info(&loc.pack)?.map(|p| p.len),
-            None => None,
-        };
-        let (Some(disk), Some(len)) = (&self.disk, pack_len) else {
+        let Some(disk) = &self.disk else {
             let range = loc.offset..loc.offset + loc.stored_len as u64;
             return self.backend.get_range(&key, range);
         };
         let e = loc.entry(*id);
-        let f = match self.readahead.fetch(&self.backend, loc.pack, &key, len, &e) {
+        let pack_len = || Ok(self.index.pack_info(&loc.pack)?.map(|p| p.len));
+        let f = match self.readahead.fetch(&self.backend, loc.pack, &key, pack_len, &e) {
             Ok(f) => f,
             // A damaged footer must not fail a chunk that is itself intact
             // (an unreachable store fails the chunk alike: no second wait).
@@ -393,7 +384,6 @@ impl ChunkStore {
             Err(err) => return Err(err),
         };
         for (e, stored) in &f.followers {
-            self.stats.fetched_bytes.fetch_add(stored.len() as u64, Ordering::Relaxed);
             match pack::decompress(e, stored) {
                 Ok(plain) => disk.put(&e.id, &plain),
                 Err(err) => tracing::warn!(chunk = %e.id, error = %err, "read-ahead chunk is bad"),

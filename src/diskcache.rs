@@ -132,9 +132,15 @@ impl DiskCache {
         let path = self.path(id);
         let seq = self.tmp_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = path.with_extension(format!("tmp{}-{seq}", std::process::id()));
-        let written = std::fs::create_dir_all(path.parent().expect("has a parent"))
-            .and_then(|()| std::fs::write(&tmp, plain))
-            .and_then(|()| std::fs::rename(&tmp, &path));
+        // The 256 subdirectories are made as they are first needed.
+        let written = match std::fs::write(&tmp, plain) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(path.parent().expect("has a parent"))
+                    .and_then(|()| std::fs::write(&tmp, plain))
+            }
+            r => r,
+        }
+        .and_then(|()| std::fs::rename(&tmp, &path));
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             tracing::warn!(chunk = %id, error = %e, "cannot cache a chunk on disk");

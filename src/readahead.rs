@@ -66,25 +66,28 @@ impl ReadAhead {
         false
     }
 
-    /// Fetches chunk `e` of `pack` (whose object is `key`, `pack_len`
-    /// bytes), with read-ahead when the access is sequential.
+    /// Fetches chunk `e` of `pack` (whose object is `key`), with read-ahead
+    /// when the access is sequential. `pack_len` (the object's length, if
+    /// known) is asked only to read a layout not yet cached.
     pub fn fetch(
         &self,
         backend: &Backend,
         pack: PackId,
         key: &object_store::path::Path,
-        pack_len: u64,
+        pack_len: impl FnOnce() -> Result<Option<u64>>,
         e: &Entry,
     ) -> Result<Fetched> {
         let end = e.offset + e.stored_len as u64;
+        let alone =
+            || Ok(Fetched { stored: backend.get_range(key, e.offset..end)?, followers: vec![] });
         if self.window == 0 || !self.sequential(pack, e.offset, end) {
-            let stored = backend.get_range(key, e.offset..end)?;
-            return Ok(Fetched { stored, followers: Vec::new() });
+            return alone();
         }
         let layout = match self.layouts.get(&pack) {
             Some(l) => l,
             None => {
-                let mut entries = crate::check::read_footer(backend, key, pack_len)?;
+                let Some(len) = pack_len()? else { return alone() };
+                let mut entries = crate::check::read_footer(backend, key, len)?;
                 entries.sort_by_key(|x| x.offset);
                 let l = Arc::new(entries);
                 self.layouts.insert(pack, l.clone());
@@ -144,9 +147,9 @@ mod tests {
         let ra = ReadAhead { window: 300_000, ..ReadAhead::from_env() };
         let len = bytes.len() as u64;
 
-        let first = ra.fetch(&backend, pack, &key, len, &entries[0]).unwrap();
+        let first = ra.fetch(&backend, pack, &key, || Ok(Some(len)), &entries[0]).unwrap();
         assert!(first.followers.is_empty(), "a first read is not yet a stream");
-        let second = ra.fetch(&backend, pack, &key, len, &entries[1]).unwrap();
+        let second = ra.fetch(&backend, pack, &key, || Ok(Some(len)), &entries[1]).unwrap();
         assert!(!second.followers.is_empty(), "the next chunk continues the stream");
         let span: u64 = second.followers.iter().map(|(e, _)| e.stored_len as u64).sum();
         assert!(span + entries[1].stored_len as u64 <= 300_000, "within the window");
@@ -156,9 +159,14 @@ mod tests {
         }
         // The read after the window goes on with the stream.
         let next = 2 + second.followers.len();
-        assert!(!ra.fetch(&backend, pack, &key, len, &entries[next]).unwrap().followers.is_empty());
+        assert!(
+            !ra.fetch(&backend, pack, &key, || Ok(Some(len)), &entries[next])
+                .unwrap()
+                .followers
+                .is_empty()
+        );
         // A jump elsewhere is a random read: its chunk alone.
-        let jump = ra.fetch(&backend, pack, &key, len, &entries[30]).unwrap();
+        let jump = ra.fetch(&backend, pack, &key, || Ok(Some(len)), &entries[30]).unwrap();
         assert!(jump.followers.is_empty());
         assert_eq!(
             &decompress(&entries[30], &jump.stored).unwrap()[..],
@@ -166,8 +174,13 @@ mod tests {
         );
         // Off: never any followers.
         let off = ReadAhead { window: 0, ..ReadAhead::from_env() };
-        off.fetch(&backend, pack, &key, len, &entries[0]).unwrap();
-        assert!(off.fetch(&backend, pack, &key, len, &entries[1]).unwrap().followers.is_empty());
+        off.fetch(&backend, pack, &key, || Ok(Some(len)), &entries[0]).unwrap();
+        assert!(
+            off.fetch(&backend, pack, &key, || Ok(Some(len)), &entries[1])
+                .unwrap()
+                .followers
+                .is_empty()
+        );
     }
 
     fn plains_of(plains: &[Vec<u8>], e: &Entry) -> Vec<u8> {

@@ -138,4 +138,26 @@ fn model_tells_rollbacks_from_garbage() {
     assert!(f.notes.len() == 1 && f.notes[0].contains("live/d"), "{:?}", f.notes);
     let again = m.verify(&live, &snaps);
     assert!(again.lost.is_empty() && again.corruptions.is_empty());
+
+    // Renamed over without a sync: gone is allowed (kernel btrfs does it,
+    // scripts/btrfs-rename-loss), garbage is still corruption, and a name
+    // that only lost its file (no rename over it) still counts as lost.
+    m.push("e", St::data(b"fsynced e".to_vec()));
+    m.push("f", St::data(b"fsynced f".to_vec()));
+    m.push("g", St::data(b"fsynced g".to_vec()));
+    m.synced();
+    for name in ["e", "f"] {
+        m.renamed_over(name);
+        m.taint(name);
+        m.push(name, St::data(b"the file renamed over it".to_vec()));
+    }
+    std::fs::write(live.join("f"), b"neither of the two").unwrap();
+    let f = m.verify(&live, &snaps);
+    assert!(
+        f.notes.iter().any(|n| n.contains("live/e") && n.contains("renamed over")),
+        "{:?}",
+        f.notes
+    );
+    assert!(f.corruptions.len() == 1 && f.corruptions[0].contains("live/f"), "{:?}", f.corruptions);
+    assert!(f.lost.len() == 1 && f.lost[0].contains("live/g"), "{:?}", f.lost);
 }

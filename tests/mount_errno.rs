@@ -359,9 +359,7 @@ fn run_all(base: &Path) -> Vec<Outcome> {
 
 #[test]
 fn errnos_match_ext4_case_by_case() {
-    let native = tempfile::tempdir_in("/tmp").unwrap();
-    let native_fs = common::mount::statfs_type(native.path());
-    assert_eq!(native_fs, 0xEF53, "the reference directory must be on ext4");
+    let native = common::mount::ext4_reference_dir();
     let (_d, store) = new_store();
     let m = Mounted::new(&store, "errno", &[]);
     let fuse_base = m.path("cases");

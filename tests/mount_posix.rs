@@ -348,7 +348,7 @@ fn attribute_steps(base: &Path) -> Vec<(String, Attrs)> {
 
 #[test]
 fn attributes_match_ext4_and_persist() {
-    let native = tempfile::tempdir_in("/tmp").unwrap();
+    let native = common::mount::ext4_reference_dir();
     let want = attribute_steps(native.path());
     let (_d, store) = new_store();
     let m = Mounted::new(&store, "attrs", &[]);

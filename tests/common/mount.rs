@@ -206,6 +206,14 @@ pub fn diff(
     paths.iter().map(|p| (s(&p["change"]), s(&p["path"]), s(&p["from"]))).collect()
 }
 
+/// A scratch directory on native ext4, the reference the mount is judged
+/// against (fails the test if /tmp is not ext4).
+pub fn ext4_reference_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir_in("/tmp").expect("tempdir in /tmp");
+    assert_eq!(statfs_type(d.path()), 0xEF53, "the reference directory /tmp must be on ext4");
+    d
+}
+
 /// Fails the test (instead of skipping) when `tool` is not installed.
 pub fn require_tool(tool: &str) {
     let found = Command::new("sh")

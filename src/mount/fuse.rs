@@ -463,9 +463,6 @@ impl Fuse {
     fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Error> {
         let head = self.ws.head()?;
         let ino = self.ws.own(ino)?;
-        let end = offset
-            .checked_add(length)
-            .ok_or_else(|| Error::posix(forkfs::error::Posix::FileTooBig, "range overflows"))?;
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let zero = match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => false,
@@ -478,14 +475,7 @@ impl Fuse {
                 ));
             }
         };
-        let size = head.fs().inode(ino)?.size;
-        if zero {
-            head.punch_hole(ino, offset, length)?;
-        }
-        if !keep_size && end > size {
-            head.set_attr(ino, &SetAttr { size: Some(end), ..Default::default() })?;
-        }
-        Ok(())
+        head.fallocate(ino, offset, length, zero, keep_size)
     }
 }
 

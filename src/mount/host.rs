@@ -132,7 +132,8 @@ impl Host {
             })?;
         let record = Record::write(self.store.dir(), &req.dir, &req.spec)
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
-        let hook = self.watch_restores(&ws, vol, session.notifier());
+        // A version never changes: only a live mount needs the hook.
+        let hook = ws.is_live().then(|| self.watch_restores(&ws, vol, session.notifier()));
         self.state.lock().unmounters.push((req.dir.clone(), session.unmount_callable()));
         let live = ws.is_live();
         let (host, req, vol) = (self.clone(), req.clone(), vol.to_string());
@@ -146,7 +147,9 @@ impl Host {
             });
             drop(checkpoints);
             // The hook holds the session's notifier (its /dev/fuse fd).
-            host.store.drop_restore_hook(hook);
+            if let Some(h) = hook {
+                host.store.drop_restore_hook(h);
+            }
             let last =
                 if req.read_only { Ok(()) } else { host.store.auto_version(&vol).map(|_| ()) };
             let result = result.and(last);
@@ -165,8 +168,7 @@ impl Host {
         let ws = Arc::downgrade(ws);
         let vol = vol.to_string();
         self.store.on_restore(Arc::new(move |r: &forkfs::store::Restored<'_>| {
-            let live = ws.upgrade().filter(|w| r.volume == vol && w.is_live());
-            if let Some(w) = live {
+            if let Some(w) = ws.upgrade().filter(|_| r.volume == vol) {
                 super::invalidate(&w.store, r.before.root, r.to.root, &notifier);
             }
         }))

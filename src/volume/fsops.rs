@@ -236,28 +236,51 @@ impl Head {
     /// Zeroes `len` bytes at `offset` of a file, within its size (punching
     /// whole blocks into holes).
     pub fn punch_hole(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
+        self.fallocate(ino, offset, len, true, true)
+    }
+
+    /// fallocate(2) as one transaction: zeroes `[offset, offset + len)`
+    /// within the file when `zero`, then grows the file to `offset + len`
+    /// unless `keep_size` (no space is reserved: blocks are written at
+    /// checkpoints).
+    pub fn fallocate(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        zero: bool,
+        keep_size: bool,
+    ) -> Result<()> {
+        let end = offset.checked_add(len).filter(|e| keep_size || *e <= FILE_MAX);
+        let end =
+            end.ok_or_else(|| Error::posix(Posix::FileTooBig, "range beyond the largest file"))?;
         self.txn(|t| {
             let mut inode = file(t, ino)?;
-            let end = offset.saturating_add(len).min(inode.size);
-            if end <= offset {
-                return Ok(());
-            }
-            match &inode.content {
-                Content::Inline(old) => {
-                    let mut buf = old.to_vec();
-                    buf[offset as usize..end as usize].fill(0);
-                    inode.content = Content::Inline(Bytes::from(buf));
+            let zero_end = end.min(inode.size);
+            let mut changed = false;
+            if zero && zero_end > offset {
+                match &inode.content {
+                    Content::Inline(old) => {
+                        let mut buf = old.to_vec();
+                        buf[offset as usize..zero_end as usize].fill(0);
+                        inode.content = Content::Inline(Bytes::from(buf));
+                    }
+                    Content::Blocks(base) => {
+                        let map = t.r.blocks(ino, *base);
+                        map.zero(&mut t.b, offset, zero_end - offset)?;
+                    }
+                    _ => return Err(Error::corrupt(format!("file {ino} has no data content"))),
                 }
-                Content::Blocks(base) => {
-                    let map = t.r.blocks(ino, *base);
-                    let bs = map.block_size;
-                    let _s = self.lock_block_range(ino, offset / bs, (end - 1) / bs);
-                    map.zero(&mut t.b, offset, end - offset)?;
-                }
-                _ => return Err(Error::corrupt(format!("file {ino} has no data content"))),
+                changed = true;
             }
-            (inode.mtime, inode.ctime) = (t.now, t.now);
-            t.put(inode);
+            if !keep_size && end > inode.size {
+                resize(self, t, &mut inode, end)?;
+                changed = true;
+            }
+            if changed {
+                (inode.mtime, inode.ctime) = (t.now, t.now);
+                t.put(inode);
+            }
             Ok(())
         })
     }

@@ -53,12 +53,20 @@ impl Store {
         for o in backend.list(paths::VOLUMES)? {
             let rec: VolumeRecord = serde_json::from_slice(&backend.get(&o.location)?)
                 .map_err(|e| Error::corrupt(format!("{}: {e}", o.location)))?;
+            // Its id is taken even if its creation never finished.
+            next_id = next_id.max(rec.id.0 + 1);
             if known.contains(&rec.id) {
                 continue;
             }
-            let head: HeadRecord = serde_json::from_slice(&backend.get(&paths::head(rec.id))?)
+            // The head object is the commit point of a volume's creation:
+            // a record without one is a creation that was interrupted (or
+            // is still under way on another host, which a later sync sees).
+            let Some((raw, _)) = backend.get_versioned(&paths::head(rec.id))? else {
+                tracing::debug!(volume = %rec.name, id = rec.id.0, "volume record without a head: creation not finished; skipped");
+                continue;
+            };
+            let head: HeadRecord = serde_json::from_slice(&raw)
                 .map_err(|e| Error::corrupt(format!("head of {}: {e}", rec.name)))?;
-            next_id = next_id.max(rec.id.0 + 1);
             self.put_json(b, &keys::volume(rec.name.as_str()), &rec)?;
             self.put_json(b, &keys::head(rec.id), &head)?;
             report.volumes += 1;

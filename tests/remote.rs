@@ -306,3 +306,28 @@ fn sync_puts_what_a_mount_wrote_in_the_bucket() {
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"written on host a");
     m.unmount();
 }
+
+/// A host killed between a new volume's record and its head object (the
+/// commit point) leaves a record without a head. Hosts still open and join
+/// the store; the unfinished volume is not shown, its name is free again
+/// and its id is never handed out twice.
+#[test]
+fn an_interrupted_volume_creation_is_skipped_and_its_id_not_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir(&bucket).unwrap();
+    let url = format!("file://{}", bucket.display());
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    ok(&a, &["init", "--remote", &url]);
+    ok(&a, &["volume", "create", "d", "--block", "--size", "1M"]);
+    let heads = files_under(&bucket.join("heads"));
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    std::fs::remove_file(&heads[0]).unwrap();
+
+    ok(&b, &["init", "--remote", &url]);
+    assert_eq!(json(&b, &["volume", "list"]), serde_json::json!([]));
+    ok(&b, &["volume", "create", "d", "--block", "--size", "2M"]);
+    let records = files_under(&bucket.join("volumes"));
+    assert_eq!(records.len(), 2, "a new id, not the unfinished one's: {records:?}");
+    assert_eq!(json(&b, &["volume", "list"]).as_array().map(Vec::len), Some(1));
+}

@@ -30,6 +30,9 @@ pub struct Backend {
     fds: quick_cache::sync::Cache<String, Arc<std::fs::File>>,
     /// Reads that take longer fail (remote stores).
     read_deadline: Option<std::time::Duration>,
+    /// Remote stores: packs and version records go to local disk first
+    /// and upload in the background (see `outbox.rs`).
+    outbox: Option<crate::outbox::Outbox>,
 }
 
 impl Backend {
@@ -60,7 +63,28 @@ impl Backend {
             description,
             fds,
             read_deadline: None,
+            outbox: None,
         })
+    }
+
+    /// Puts of immutable objects (packs, version records) land in `dir`
+    /// and upload in the background; puts wait while more than `limit`
+    /// bytes are pending.
+    pub fn with_outbox(mut self, dir: PathBuf, limit: u64) -> Result<Backend> {
+        let rt = self.runtime.as_ref().expect("runtime lives until drop").handle().clone();
+        self.outbox = Some(crate::outbox::Outbox::open(dir, self.store.clone(), rt, limit)?);
+        Ok(self)
+    }
+
+    /// The upload queue (remote stores opened with one).
+    pub fn outbox(&self) -> Option<&crate::outbox::Outbox> {
+        self.outbox.as_ref()
+    }
+
+    /// The outbox, if `key` is an object it takes.
+    fn outbox_for(&self, key: &Path) -> Option<&crate::outbox::Outbox> {
+        let immutable = key.as_ref().starts_with("packs/") || key.as_ref().starts_with("versions/");
+        self.outbox.as_ref().filter(|_| immutable)
     }
 
     /// Ranged reads (chunks, pack footers) fail once they have waited
@@ -116,8 +140,12 @@ impl Backend {
         }
     }
 
-    /// Writes an object and makes it durable before returning.
+    /// Writes an object and makes it durable before returning (on local
+    /// disk, for an object the outbox takes).
     pub fn put(&self, key: &Path, data: Bytes) -> Result<()> {
+        if let Some(o) = self.outbox_for(key) {
+            return o.put(key, &data);
+        }
         let store = self.store.clone();
         let k = key.clone();
         self.run(async move {
@@ -172,6 +200,9 @@ impl Backend {
     }
 
     pub fn get(&self, key: &Path) -> Result<Bytes> {
+        if let Some(b) = self.outbox_for(key).map(|o| o.read(key)).transpose()?.flatten() {
+            return Ok(b);
+        }
         let store = self.store.clone();
         let k = key.clone();
         // Whole objects (records, whole packs for GC and fsck) may take long
@@ -183,12 +214,26 @@ impl Backend {
         if let Some(root) = &self.local_root {
             return self.local_range(root, key, range);
         }
+        if let Some(o) = self.outbox_for(key)
+            && let Some(b) = o.read_range(key, range.clone())?
+        {
+            return Ok(b);
+        }
         let store = self.store.clone();
         let k = key.clone();
         self.read(key, async move { store.get_range(&k, range).await })
     }
 
     pub fn head(&self, key: &Path) -> Result<ObjectMeta> {
+        if let Some(size) = self.outbox_for(key).and_then(|o| o.len_of(key)) {
+            return Ok(ObjectMeta {
+                location: key.clone(),
+                last_modified: chrono::Utc::now(),
+                size,
+                e_tag: None,
+                version: None,
+            });
+        }
         let store = self.store.clone();
         let k = key.clone();
         self.run(async move { Ok(store.head(&k).await?) })
@@ -196,6 +241,9 @@ impl Backend {
 
     pub fn delete(&self, key: &Path) -> Result<()> {
         self.fds.remove(key.as_ref());
+        if let Some(o) = self.outbox_for(key) {
+            o.forget(key);
+        }
         let store = self.store.clone();
         let k = key.clone();
         self.run(async move {
@@ -209,16 +257,29 @@ impl Backend {
     /// Moves an object (a copy then a delete on most object stores).
     pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         self.fds.remove(from.as_ref());
+        if let Some(data) = self.outbox_for(from).map(|o| o.read(from)).transpose()?.flatten() {
+            self.put(to, data)?;
+            return self.delete(from);
+        }
         let store = self.store.clone();
         let (f, t) = (from.clone(), to.clone());
         self.run(async move { Ok(store.rename(&f, &t).await?) })?;
         self.sync_local(to)
     }
 
+    /// The objects under `prefix`, queued ones included (once each).
     pub fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        // Queued ones first: one that finishes uploading meanwhile is then
+        // in the object store's listing, never in neither.
+        let queued = self.outbox.as_ref().map(|o| o.list(prefix)).unwrap_or_default();
         let store = self.store.clone();
         let p = Path::from(prefix);
-        self.run(async move { Ok(store.list(Some(&p)).try_collect::<Vec<_>>().await?) })
+        let mut out =
+            self.run(async move { Ok(store.list(Some(&p)).try_collect::<Vec<_>>().await?) })?;
+        let listed: std::collections::HashSet<Path> =
+            out.iter().map(|m| m.location.clone()).collect();
+        out.extend(queued.into_iter().filter(|m| !listed.contains(&m.location)));
+        Ok(out)
     }
 
     fn local_range(&self, root: &std::path::Path, key: &Path, range: Range<u64>) -> Result<Bytes> {
@@ -263,6 +324,8 @@ impl Backend {
 
 impl Drop for Backend {
     fn drop(&mut self) {
+        // Upload workers stop before the runtime they upload on.
+        self.outbox.take();
         // A runtime may not be dropped with a blocking wait inside async code.
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();

@@ -26,6 +26,7 @@ pub mod id;
 pub mod index;
 pub mod lease;
 pub mod map;
+pub mod outbox;
 pub mod overlay;
 pub mod pack;
 pub mod paths;

@@ -117,7 +117,8 @@ impl Store {
     }
 
     /// Takes the remote's head of every volume this process is not
-    /// writing (other hosts advance them), so that GC marks from them.
+    /// writing that another host advanced, so that GC marks from it. A
+    /// local head this host has yet to publish stays.
     pub(crate) fn refresh_remote_heads(&self) -> Result<()> {
         let backend = self.chunks().backend();
         let mut b = WriteBatch::default();
@@ -128,47 +129,76 @@ impl Store {
             if let Some((raw, _)) = backend.get_versioned(&paths::head(vol.id))? {
                 let remote: HeadRecord = serde_json::from_slice(&raw)
                     .map_err(|e| Error::corrupt(format!("head of {}: {e}", vol.name)))?;
-                if remote != self.head_record(vol.id)? {
+                let local = self.head_record(vol.id)?;
+                if remote != local && !self.ahead_of(vol.id, &remote)? {
                     self.put_json(&mut b, &keys::head(vol.id), &remote)?;
+                    self.mark_published(&mut b, vol.id, &remote);
                 }
             }
         }
         self.index().write(b, true)
     }
 
+    /// Whether the local head of `vol` is a successor of `remote` this
+    /// host has yet to publish: the object store still holds what this
+    /// host last published there.
+    fn ahead_of(&self, vol: VolumeId, remote: &HeadRecord) -> Result<bool> {
+        let Some(p) = self.publisher() else { return Ok(false) };
+        Ok(p.published(vol)?.as_ref() == Some(remote))
+    }
+
+    fn mark_published(&self, b: &mut WriteBatch, vol: VolumeId, head: &HeadRecord) {
+        if let Some(p) = self.publisher() {
+            p.set_published(b, vol, head);
+        }
+    }
+
     /// Brings one volume up to what the remote holds before this host
     /// writes it (after taking its lease): new packs and versions, and the
-    /// remote head if another host advanced it (local uncommitted changes
-    /// to an outdated head are dropped, with a warning). Returns the head
-    /// and the version of its object, for the conditional update that
-    /// advances it next.
-    pub(crate) fn refresh_from_remote(
-        &self,
-        vol: &VolumeRecord,
-    ) -> Result<(HeadRecord, Option<object_store::UpdateVersion>)> {
+    /// remote head if another host advanced it (local changes to an
+    /// outdated head are dropped, with a warning). A local head that is
+    /// ahead of the remote's (versions not yet published) stays. Returns
+    /// the head to start from.
+    pub(crate) fn refresh_from_remote(&self, vol: &VolumeRecord) -> Result<HeadRecord> {
         let backend = self.chunks().backend();
         let mut b = WriteBatch::default();
         let mut report = AttachReport::default();
         self.import_remote_objects(&mut b, &crate::progress::Quiet, &mut report)?;
         let local = self.head_record(vol.id)?;
-        let (head, version) = match backend.get_versioned(&paths::head(vol.id))? {
+        let (remote, version) = match backend.get_versioned(&paths::head(vol.id))? {
             Some((raw, v)) => {
                 let remote: HeadRecord = serde_json::from_slice(&raw)
                     .map_err(|e| Error::corrupt(format!("head of {}: {e}", vol.name)))?;
-                (remote, Some(v))
+                (Some(remote), Some(v))
             }
-            None => (local.clone(), None),
+            // Not published yet (its creation is still queued here).
+            None => (None, None),
         };
-        if head != local {
-            let overlay = crate::overlay::Overlay::new(self.index(), vol.id);
-            if !overlay.is_empty()? {
-                tracing::warn!(volume = %vol.name, "another host advanced this volume; uncommitted local changes to the old head are dropped");
+        let mut head = local.clone();
+        if let Some(remote) = remote {
+            if remote == local {
+                self.mark_published(&mut b, vol.id, &remote);
+            } else if !self.ahead_of(vol.id, &remote)? {
+                let overlay = crate::overlay::Overlay::new(self.index(), vol.id);
+                if !overlay.is_empty()? {
+                    tracing::warn!(volume = %vol.name, "another host advanced this volume; uncommitted local changes to the old head are dropped");
+                }
+                let published = self.publisher().and_then(|p| p.published(vol.id).ok().flatten());
+                if published.is_some_and(|p| p != local) {
+                    tracing::warn!(volume = %vol.name, "this host's versions since its last publish stay local, not in the volume's remote history");
+                }
+                overlay.clear(&mut b);
+                self.put_json(&mut b, &keys::head(vol.id), &remote)?;
+                self.mark_published(&mut b, vol.id, &remote);
+                tracing::info!(volume = %vol.name, base = ?remote.base, "head taken from the remote store");
+                head = remote;
             }
-            overlay.clear(&mut b);
-            self.put_json(&mut b, &keys::head(vol.id), &head)?;
-            tracing::info!(volume = %vol.name, base = ?head.base, "head taken from the remote store");
         }
         self.index().write(b, true)?;
-        Ok((head, version))
+        if let Some(p) = self.publisher() {
+            p.saw(vol.id, version);
+            p.kick();
+        }
+        Ok(head)
     }
 }

@@ -71,6 +71,8 @@ pub enum Request {
     },
     /// Every volume of the store.
     Volumes,
+    /// Volumes, sizes, stored bytes, cache and uploads ([`Store::stats`]).
+    Status,
     /// Records a version of each volume (or of `volume`) that has changes
     /// not yet in one, and syncs the store (see [`sync`]).
     Sync {
@@ -152,6 +154,7 @@ pub fn execute(store: &Store, req: &Request, progress: &dyn Progress) -> Result<
         Request::Consistency { volume, mode: None } => serde_json::to_value(store.volume(volume)?)?,
         Request::Log { volume } => log(store, volume)?,
         Request::Volumes => serde_json::to_value(store.volumes()?)?,
+        Request::Status => serde_json::to_value(store.stats()?)?,
         Request::Sync { volume } => serde_json::to_value(sync(store, volume.as_deref())?)?,
         Request::CreateVolume { name, kind, size, block_size } => {
             serde_json::to_value(store.create_volume(name, *kind, *size, *block_size)?)?
@@ -229,6 +232,7 @@ pub fn sync(store: &Store, volume: Option<&str>) -> Result<Vec<Synced>> {
         out.push(Synced { volume: name, version, recorded: version != before });
     }
     store.sync()?;
+    store.sync_remote()?;
     Ok(out)
 }
 

@@ -350,6 +350,8 @@ impl Store {
             self.index().write(b, true)?;
             Ok(gone)
         })?;
+        // Other hosts read the sources until the new pack is in the object store.
+        self.uploaded_so_far()?;
         for p in gone {
             self.chunks().backend().delete(&paths::pack(&p.id))?;
             report.packs_compacted += 1;

@@ -141,8 +141,9 @@ impl Store {
         .seal()?;
         let json = serde_json::to_vec_pretty(&version)?;
         self.chunks().backend().put(&paths::version(&version.id), Bytes::from(json))?;
-        // Phase 3: commit in one synced batch, after the head object (for
-        // other hosts; conditional with a lease) names the durable version.
+        // Phase 3: commit in one synced batch. The head object other hosts
+        // read names the durable version before (local objects) or after
+        // the commit, once the version's objects are uploaded (remote).
         let new_head = HeadRecord { base: Some(version.id), root, next_seq: state.next_seq + 1 };
         self.publish_head(head, &new_head)?;
         {
@@ -172,6 +173,7 @@ impl Store {
             head.set_state(new_head.clone());
             head.reload_zeroed()?;
         }
+        self.head_committed();
         if !clean {
             self.index().overlay_cleared();
         }
@@ -349,6 +351,7 @@ impl Store {
             head.overlay().put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(m));
         }
         self.index().write(b, true)?;
+        self.head_committed();
         self.index().overlay_cleared();
         head.set_state(new_head);
         head.reload_zeroed()?;

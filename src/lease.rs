@@ -11,9 +11,15 @@
 //! conditional update too, so even a holder that lost its lease without
 //! noticing cannot move a head another host advanced.
 //!
-//! A holder renews at a third of the term; one that cannot renew stops
-//! accepting writes (its volume's writes fail with a conflict) rather than
-//! writing past an expiry. Read-only access to versions never needs a lease.
+//! A holder renews at a third of the term. One that cannot reach the
+//! object store goes on writing to local disk (its uploads and head
+//! publishes wait in the outbox) and keeps retrying: a renewal names the
+//! lease version this host last wrote, so it succeeds only if no other host
+//! took the lease meanwhile. If one did, the renewal is a conflict and the
+//! volume's writes fail from then on; versions this host committed while
+//! cut off stay in its local history but never become the remote head
+//! (the head update is conditional too), and `forkfs status` reports the
+//! volume diverged. Read-only access to versions never needs a lease.
 //! Stores whose objects are local files (the embedded default, `file://`)
 //! have no conditional updates and take no leases: one process opens a
 //! store directory at a time anyway.
@@ -187,13 +193,19 @@ fn renew_loop(s: &Shared) {
         let res = put_or_confirm(&s.backend, &s.key, &rec, Some(version));
         match res {
             Ok(v) => *s.state.lock() = (rec, v),
+            // Another host took it: this one stops writing the volume.
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => {
+                tracing::error!(volume = %s.volume, error = %e, "lease lost to another host");
+                s.lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            // The object store is out of reach: writes go on to local disk
+            // (uploads wait in the outbox). Renewal naming the version this
+            // host last wrote succeeds only if no host took the lease
+            // meanwhile; if one did, the next attempt is a conflict.
             Err(e) => {
                 let expired = s.state.lock().0.expires_ms <= now_ms();
-                tracing::error!(volume = %s.volume, error = %e, expired, "lease renewal failed");
-                if expired || e.kind() == crate::ErrorKind::Conflict {
-                    s.lost.store(true, Ordering::SeqCst);
-                    return;
-                }
+                tracing::error!(volume = %s.volume, error = %e, expired, "lease renewal failed; retrying");
             }
         }
     }

@@ -31,6 +31,7 @@ pub mod overlay;
 pub mod pack;
 pub mod paths;
 pub mod progress;
+pub mod publish;
 pub mod reach;
 pub mod readahead;
 pub mod remote;

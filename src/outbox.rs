@@ -24,7 +24,7 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, PutPayload};
 use parking_lot::{Condvar, Mutex};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,7 +36,7 @@ const WORKERS: usize = 4;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What `forkfs status` shows of the outbox.
-#[derive(Serialize, Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq, Eq)]
 pub struct OutboxStats {
     pub pending_objects: u64,
     pub pending_bytes: u64,

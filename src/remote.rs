@@ -35,7 +35,14 @@ pub struct Remote {
     /// `5s`) overrides it for one process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_deadline_ms: Option<u64>,
+    /// Bytes that may wait on local disk for upload before writers wait
+    /// (`--pending-limit`); `None`: [`DEFAULT_PENDING_LIMIT`].
+    /// `FORKFS_PENDING_LIMIT` overrides it for one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_limit: Option<u64>,
 }
+
+pub const DEFAULT_PENDING_LIMIT: u64 = 8 << 30;
 
 /// Pair it with the client's own timeout: a kernel NBD client's
 /// dead-connection timeout must be longer, or clients see I/O errors from
@@ -53,6 +60,26 @@ impl Remote {
                 self.configured_deadline()
             }
             None => self.configured_deadline(),
+        }
+    }
+
+    /// How long a sync waits for uploads that make no progress before it
+    /// fails (they stay queued): the read deadline, at least 5 s.
+    pub fn stall(&self) -> Duration {
+        let d = self.read_deadline();
+        if d.is_zero() { DEFAULT_READ_DEADLINE } else { d.max(Duration::from_secs(5)) }
+    }
+
+    /// The pending-bytes limit in force for this process.
+    pub fn pending_limit(&self) -> u64 {
+        let env = std::env::var("FORKFS_PENDING_LIMIT").ok();
+        match env.as_deref().map(parse_size::parse_size) {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "FORKFS_PENDING_LIMIT is not a size; ignored");
+                self.pending_limit.unwrap_or(DEFAULT_PENDING_LIMIT)
+            }
+            None => self.pending_limit.unwrap_or(DEFAULT_PENDING_LIMIT),
         }
     }
 

@@ -6,9 +6,9 @@ use crate::map::Map;
 use crate::store::Store;
 use crate::version::VolumeKind;
 use crate::volume::inode::{FileKind, Inode, META_KEY};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct VolumeStats {
     pub name: String,
     pub kind: VolumeKind,
@@ -20,7 +20,7 @@ pub struct VolumeStats {
     pub dirty: bool,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct StoreStats {
     pub volumes: Vec<VolumeStats>,
     pub logical_bytes: u64,
@@ -29,11 +29,24 @@ pub struct StoreStats {
     /// Logical bytes of all heads per stored byte (history included in stored).
     pub dedupe_ratio: f64,
     /// The on-disk cache of a remote store: (bytes, chunks, limit).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_cache: Option<DiskCacheStats>,
+    /// A remote store's uploads: what waits on local disk, and volumes
+    /// whose head another host advanced before this one could publish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<UploadStats>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
+pub struct UploadStats {
+    #[serde(flatten)]
+    pub queue: crate::outbox::OutboxStats,
+    /// Volumes whose local head is not yet in the object store.
+    pub heads_pending: Vec<String>,
+    pub diverged: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
 pub struct DiskCacheStats {
     pub bytes: u64,
     pub chunks: usize,
@@ -106,6 +119,7 @@ impl Store {
             DiskCacheStats { bytes, chunks, limit: d.limit() }
         });
         Ok(StoreStats {
+            upload: self.upload_stats()?,
             disk_cache,
             volumes,
             logical_bytes: logical,
@@ -113,5 +127,23 @@ impl Store {
             packs: packs.len(),
             dedupe_ratio: if stored == 0 { 1.0 } else { logical as f64 / stored as f64 },
         })
+    }
+}
+
+impl Store {
+    fn upload_stats(&self) -> Result<Option<UploadStats>> {
+        let (Some(o), Some(p)) = (self.chunks().backend().outbox(), self.publisher()) else {
+            return Ok(None);
+        };
+        let diverged = p.diverged();
+        let (mut heads_pending, mut names) = (Vec::new(), Vec::new());
+        for rec in self.volumes()? {
+            if diverged.contains(&rec.id) {
+                names.push(rec.name.to_string());
+            } else if p.published(rec.id)? != Some(self.head_record(rec.id)?) {
+                heads_pending.push(rec.name.to_string());
+            }
+        }
+        Ok(Some(UploadStats { queue: o.stats(), heads_pending, diverged: names }))
     }
 }

@@ -76,6 +76,39 @@ pub(crate) struct Inner {
     pub restore_hooks: Mutex<Vec<(u64, RestoreHook)>>,
     /// Front-end requests this process serves (see [`Store::serve_extension`]).
     pub extensions: Mutex<HashMap<String, ControlExtension>>,
+    /// Remote stores: publishes heads behind the outbox (see `publish.rs`).
+    pub publisher: Option<Arc<crate::publish::Publisher>>,
+    pub publish_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let Some(p) = &self.publisher else { return };
+        p.stop();
+        if let Some(t) = self.publish_thread.lock().take() {
+            let _ = t.join();
+        }
+        // Closing: what this process committed goes to the object store
+        // now (what cannot, stays queued for the next open).
+        let stall = self.config.remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
+        if let Err(e) = sync_remote(&self.chunks, p, stall) {
+            tracing::warn!(error = %e, "closing with uploads pending; they resume when the store is next opened");
+        }
+    }
+}
+
+/// How long uploads may make no progress before a sync gives up.
+const DEFAULT_STALL: std::time::Duration = std::time::Duration::from_secs(20);
+
+fn sync_remote(
+    chunks: &ChunkStore,
+    publisher: &crate::publish::Publisher,
+    stall: std::time::Duration,
+) -> Result<()> {
+    if let Some(o) = chunks.backend().outbox() {
+        o.drain(stall)?;
+    }
+    publisher.publish(stall)
 }
 
 /// A front-end's handler of its own control requests: JSON in, JSON out.
@@ -177,9 +210,16 @@ impl Store {
             None => Backend::local(dir.join("objects"))?,
             Some(r) => {
                 let (os, root) = r.open()?;
-                Backend::new(os, root, r.url.clone())?.with_read_deadline(r.read_deadline())
+                let local = root.is_some();
+                let b =
+                    Backend::new(os, root, r.url.clone())?.with_read_deadline(r.read_deadline());
+                // A `file://` remote takes its puts durably at once.
+                if local { b } else { b.with_outbox(dir.join("outbox"), r.pending_limit())? }
             }
         });
+        let publisher = backend
+            .outbox()
+            .map(|_| Arc::new(crate::publish::Publisher::new(backend.clone(), index.clone())));
         let chunk_config = ChunkConfig {
             pack_target: config.pack_target,
             zstd_level: config.zstd_level,
@@ -203,8 +243,14 @@ impl Store {
                 heads: Mutex::new(HashMap::new()),
                 restore_hooks: Mutex::new(Vec::new()),
                 extensions: Mutex::new(HashMap::new()),
+                publisher,
+                publish_thread: Mutex::new(None),
             }),
         };
+        if let Some(p) = &store.inner.publisher {
+            *store.inner.publish_thread.lock() = Some(p.spawn()?);
+            p.kick(); // heads an earlier process left unpublished
+        }
         // Segments below a volume's floor were folded by a checkpoint whose
         // cleanup a crash may have cut short.
         for vol in store.volumes()? {
@@ -374,13 +420,18 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        let obj = Bytes::from(serde_json::to_vec_pretty(&head)?);
-        self.chunks().backend().put(&paths::head(rec.id), obj)?;
+        // The head object is the creation's commit point (see attach.rs):
+        // with a publisher it follows the objects the head names.
+        if self.inner.publisher.is_none() {
+            let obj = Bytes::from(serde_json::to_vec_pretty(&head)?);
+            self.chunks().backend().put(&paths::head(rec.id), obj)?;
+        }
         let mut b = WriteBatch::default();
         self.put_json(&mut b, keys::NEXT_VOLUME_ID, &(next + 1))?;
         self.put_json(&mut b, &keys::volume(rec.name.as_str()), &rec)?;
         self.put_json(&mut b, &keys::head(rec.id), &head)?;
         self.index().write(b, true)?;
+        self.head_committed();
         Ok(rec)
     }
 
@@ -399,41 +450,51 @@ impl Store {
             // Another host may hold it; once ours, start from the remote head.
             let lease =
                 crate::lease::Lease::acquire(backend.clone(), &rec, crate::lease::default_term())?;
-            let (state, version) = self.refresh_from_remote(&rec)?;
-            (state, Some((lease, version)))
+            (self.refresh_from_remote(&rec)?, Some(lease))
         };
         let head = Arc::new(Head::new(self.clone(), rec.clone(), state, lease)?);
         heads.insert(rec.id, Arc::downgrade(&head));
         Ok(head)
     }
 
-    /// Writes the head object: the pointer other hosts (and a rebuild)
-    /// read. With a lease it is a conditional update of the version this
-    /// host last saw, so a head another host advanced is never overwritten.
+    /// Writes the head object other hosts (and a rebuild) read, before
+    /// the local commit of `rec`: stores that upload in the background
+    /// publish it after the commit instead (see [`Store::head_committed`]).
     pub(crate) fn publish_head(&self, head: &Head, rec: &HeadRecord) -> Result<()> {
-        let key = paths::head(head.record().id);
-        let obj = Bytes::from(serde_json::to_vec_pretty(rec)?);
-        let backend = self.chunks().backend();
-        if head.lease.is_none() {
-            return backend.put(&key, obj);
+        if self.inner.publisher.is_some() {
+            return Ok(());
         }
-        let mut v = head.head_version.lock();
-        let new = match backend.put_conditional(&key, obj.clone(), v.clone()) {
-            Ok(new) => new,
-            Err(e) if e.kind() == ErrorKind::Conflict => match backend.get_versioned(&key)? {
-                // Our own update, retried after its answer was lost.
-                Some((raw, new)) if raw == obj => new,
-                _ => {
-                    return Err(Error::conflict(format!(
-                        "another host advanced volume {}; this host's changes were not committed",
-                        head.record().name
-                    )));
-                }
-            },
-            Err(e) => return Err(e),
-        };
-        *v = Some(new);
-        Ok(())
+        let obj = Bytes::from(serde_json::to_vec_pretty(rec)?);
+        self.chunks().backend().put(&paths::head(head.record().id), obj)
+    }
+
+    /// A head changed in the local index: publish it (remote stores).
+    pub(crate) fn head_committed(&self) {
+        if let Some(p) = &self.inner.publisher {
+            p.kick();
+        }
+    }
+
+    pub(crate) fn publisher(&self) -> Option<&crate::publish::Publisher> {
+        self.inner.publisher.as_deref()
+    }
+
+    /// Waits until every object put so far is in the object store (not
+    /// only queued on local disk); a no-op for local stores.
+    pub(crate) fn uploaded_so_far(&self) -> Result<()> {
+        let Some(o) = self.chunks().backend().outbox() else { return Ok(()) };
+        let stall = self.config().remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
+        o.drain(stall)
+    }
+
+    /// Waits until everything committed so far is in the object store:
+    /// queued uploads, then the heads that name them. Fails (nothing is
+    /// lost; it stays queued) once uploads make no progress for the
+    /// remote's read deadline. A no-op for local stores.
+    pub fn sync_remote(&self) -> Result<()> {
+        let Some(p) = &self.inner.publisher else { return Ok(()) };
+        let stall = self.config().remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
+        sync_remote(self.chunks(), p, stall)
     }
 
     /// Changes a volume record (object copy first, then the index).
@@ -477,6 +538,7 @@ impl Store {
         let meta = self.index().cf(crate::index::CF_META);
         b.delete_cf(meta, keys::volume(name));
         b.delete_cf(meta, keys::head(rec.id));
+        b.delete_cf(meta, keys::published(rec.id));
         b.delete_cf(meta, keys::log_floor(rec.id));
         b.delete_cf(meta, keys::unsealed(rec.id));
         for prefix in
@@ -498,6 +560,9 @@ impl Store {
         }
         backend.delete(&paths::head(rec.id))?;
         backend.delete(&paths::volume(rec.id))?;
+        if let Some(p) = self.publisher() {
+            p.forget(rec.id);
+        }
         head.mark_deleted();
         self.datalog().drop_below(rec.id, u64::MAX)
     }

@@ -143,6 +143,11 @@ pub mod keys {
     pub fn head(v: VolumeId) -> String {
         format!("head/{:016x}", v.0)
     }
+    /// Remote stores: the head this host last published to (or took from)
+    /// the object store; the local head differs while a publish is due.
+    pub fn published(v: VolumeId) -> String {
+        format!("published/{:016x}", v.0)
+    }
     pub fn version(id: &VersionId) -> String {
         format!("ver/{id}")
     }

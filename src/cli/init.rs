@@ -40,9 +40,15 @@ pub struct Args {
     /// FORKFS_READ_DEADLINE overrides]
     #[arg(long, requires = "remote", value_parser = humantime::parse_duration)]
     read_deadline: Option<std::time::Duration>,
+    /// Bytes of written data that may wait on local disk for upload (the
+    /// remote slow or unreachable) before writers are made to wait
+    /// [default: 8GiB; FORKFS_PENDING_LIMIT overrides]
+    #[arg(long, requires = "remote", value_name = "SIZE")]
+    pending_limit: Option<String>,
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    let pending_limit = a.pending_limit.as_deref().map(parse_size).transpose()?;
     let config = StoreConfig {
         pack_target: parse_size(&a.pack_size)? as usize,
         default_block_size: u32::try_from(parse_size(&a.block_size)?)
@@ -55,6 +61,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             allow_http: a.allow_http,
             region: a.region,
             read_deadline_ms: a.read_deadline.map(|d| d.as_millis() as u64),
+            pending_limit,
         }),
         ..StoreConfig::default()
     };

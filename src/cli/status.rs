@@ -7,12 +7,11 @@ use super::output::{bytes, print_json};
 pub struct Args {}
 
 pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let s = store.stats()?;
+    let s: forkfs::stats::StoreStats = g.call(&forkfs::control::Request::Status)?;
     if g.json {
         return print_json(&s);
     }
-    println!("store {}", store.dir().display());
+    println!("store {}", g.store_dir().display());
     println!(
         "{:<24} {:<6} {:>10} {:>10} {:>9} {:>6}",
         "VOLUME", "KIND", "SIZE", "USED", "VERSIONS", "DIRTY"
@@ -42,6 +41,29 @@ pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
             bytes(c.limit),
             c.chunks
         );
+    }
+    if let Some(u) = &s.upload {
+        let q = &u.queue;
+        println!(
+            "pending upload {} in {} objects (limit {}){}",
+            bytes(q.pending_bytes),
+            q.pending_objects,
+            bytes(q.limit_bytes),
+            if q.pending_objects > 0 {
+                format!(", oldest {} s", q.oldest_ms / 1000)
+            } else {
+                String::new()
+            }
+        );
+        if !u.heads_pending.is_empty() {
+            println!("heads not yet published: {}", u.heads_pending.join(", "));
+        }
+        if let Some(e) = &q.last_error {
+            println!("last upload error: {e}");
+        }
+        for v in &u.diverged {
+            println!("volume {v}: another host advanced it; this host's later versions stay local");
+        }
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 use super::*;
 use object_store::memory::InMemory;
 use object_store::{
-    GetOptions, GetResult, ListResult, MultipartUpload, PutMultipartOpts, PutOptions, PutResult,
+    GetOptions, GetResult, ListResult, MultipartUpload, PutMultipartOptions, PutOptions, PutResult,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,7 +40,7 @@ impl ObjectStore for Flaky {
     async fn put_multipart_opts(
         &self,
         location: &Path,
-        opts: PutMultipartOpts,
+        opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         self.inner.put_multipart_opts(location, opts).await
     }

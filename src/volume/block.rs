@@ -95,6 +95,7 @@ impl Head {
         if len == 0 {
             return Ok(());
         }
+        self.wait_for_uploads();
         let _gate = self.gate.read();
         self.check_live()?;
         let map = self.block_map()?;

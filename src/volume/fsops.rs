@@ -169,6 +169,7 @@ impl Head {
         if data.is_empty() {
             return Ok(());
         }
+        self.wait_for_uploads();
         self.txn(|t| {
             let mut inode = file(t, ino)?;
             let new_size = inode.size.max(end);

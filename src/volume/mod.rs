@@ -56,10 +56,8 @@ pub struct Head {
     deferred: Mutex<Option<deferred::Deferred>>,
     /// `deferred` is `Some` (written under its lock; read without it).
     on: AtomicBool,
-    /// Remote stores: this host's right to write the volume, and the
-    /// version of the head object it last read or wrote.
+    /// Remote stores: this host's right to write the volume.
     pub(crate) lease: Option<crate::lease::Lease>,
-    pub(crate) head_version: Mutex<Option<object_store::UpdateVersion>>,
 }
 
 /// What a reader sees: a live head (overlay over base) or a frozen
@@ -113,12 +111,8 @@ impl Head {
         store: Store,
         record: VolumeRecord,
         state: HeadRecord,
-        lease: Option<(crate::lease::Lease, Option<object_store::UpdateVersion>)>,
+        lease: Option<crate::lease::Lease>,
     ) -> Result<Head> {
-        let (lease, head_version) = match lease {
-            Some((l, v)) => (Some(l), v),
-            None => (None, None),
-        };
         let head = Head {
             store,
             record,
@@ -133,7 +127,6 @@ impl Head {
             deferred: Mutex::new(None),
             on: AtomicBool::new(false),
             lease,
-            head_version: Mutex::new(head_version),
         };
         head.reload_zeroed()?;
         Ok(head)
@@ -166,6 +159,14 @@ impl Head {
         match &self.lease {
             Some(l) => l.check(),
             None => Ok(()),
+        }
+    }
+
+    /// Backpressure: a writer waits here (before any lock a checkpoint
+    /// needs) while a remote store's uploads are over their pending limit.
+    pub(crate) fn wait_for_uploads(&self) {
+        if let Some(o) = self.store.chunks().backend().outbox() {
+            o.wait_for_room();
         }
     }
 

@@ -1,0 +1,249 @@
+//! Publishing heads to a remote object store, behind the outbox.
+//!
+//! A checkpoint or restore commits to the local index at once; the head
+//! object other hosts read follows in the background, once every object the
+//! new head names is uploaded (see `outbox.rs`). Each host remembers the
+//! head it last published or took from the object store (`published/` in
+//! the index): a head object that still holds it is this host's to
+//! advance, with a conditional put naming the object's version (ETag), so
+//! two hosts can never both advance a volume. A head object that holds
+//! anything else was advanced by another host (after this one lost its
+//! lease): this host's later versions stay local, and the volume is
+//! reported diverged.
+
+use crate::backend::Backend;
+use crate::error::{Error, ErrorKind, Result};
+use crate::id::VolumeId;
+use crate::index::{CF_META, Index};
+use crate::paths;
+use crate::version::{HeadRecord, VolumeRecord, keys};
+use bytes::Bytes;
+use object_store::UpdateVersion;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Publisher {
+    backend: Arc<Backend>,
+    index: Arc<Index>,
+    /// The version of each head object as this host last read or wrote it.
+    etags: Mutex<HashMap<VolumeId, UpdateVersion>>,
+    /// Volumes another host advanced under this one.
+    diverged: Mutex<HashSet<VolumeId>>,
+    /// One publishing pass at a time.
+    pass: Mutex<()>,
+    kick: Mutex<(bool, bool)>,
+    woken: Condvar,
+}
+
+/// What became of one volume's head in a pass.
+enum Outcome {
+    Published,
+    Diverged(Option<HeadRecord>),
+}
+
+impl Publisher {
+    pub fn new(backend: Arc<Backend>, index: Arc<Index>) -> Publisher {
+        Publisher {
+            backend,
+            index,
+            etags: Mutex::new(HashMap::new()),
+            diverged: Mutex::new(HashSet::new()),
+            pass: Mutex::new(()),
+            kick: Mutex::new((false, false)),
+            woken: Condvar::new(),
+        }
+    }
+
+    /// Runs passes in the background until [`Publisher::stop`].
+    pub fn spawn(self: &Arc<Self>) -> Result<std::thread::JoinHandle<()>> {
+        let p = self.clone();
+        Ok(std::thread::Builder::new().name("forkfs-publish".into()).spawn(move || {
+            loop {
+                {
+                    let mut k = p.kick.lock();
+                    if !k.0 && !k.1 {
+                        p.woken.wait_for(&mut k, Duration::from_secs(5));
+                    }
+                    if k.1 {
+                        return;
+                    }
+                    k.0 = false;
+                }
+                // Short stalls: the loop comes back, and a stop is seen.
+                if let Err(e) = p.publish(Duration::from_secs(2)) {
+                    tracing::debug!(error = %e, "heads not published yet");
+                }
+            }
+        })?)
+    }
+
+    /// A head changed: publish it soon.
+    pub fn kick(&self) {
+        self.kick.lock().0 = true;
+        self.woken.notify_all();
+    }
+
+    pub fn stop(&self) {
+        self.kick.lock().1 = true;
+        self.woken.notify_all();
+    }
+
+    /// Remembers the head object's version as just read (a lease taken,
+    /// a head refreshed from the object store).
+    pub fn saw(&self, vol: VolumeId, version: Option<UpdateVersion>) {
+        let mut e = self.etags.lock();
+        match version {
+            Some(v) => e.insert(vol, v),
+            None => e.remove(&vol),
+        };
+        self.diverged.lock().remove(&vol);
+    }
+
+    pub fn forget(&self, vol: VolumeId) {
+        self.etags.lock().remove(&vol);
+        self.diverged.lock().remove(&vol);
+    }
+
+    /// Volumes whose head another host advanced meanwhile.
+    pub fn diverged(&self) -> Vec<VolumeId> {
+        self.diverged.lock().iter().copied().collect()
+    }
+
+    /// The head this host last published or took for `vol`.
+    pub fn published(&self, vol: VolumeId) -> Result<Option<HeadRecord>> {
+        match self.index.get_meta(&keys::published(vol))? {
+            Some(raw) => Ok(Some(serde_json::from_slice(&raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Records that the object store holds `head` for `vol`.
+    pub fn set_published(&self, b: &mut rocksdb::WriteBatch, vol: VolumeId, head: &HeadRecord) {
+        let raw = serde_json::to_vec(head).expect("a head record serializes");
+        b.put_cf(self.index.cf(CF_META), keys::published(vol), raw);
+    }
+
+    /// Publishes every local head the object store does not hold yet, once
+    /// the objects it names are uploaded. Fails if uploads stall for
+    /// `stall` (nothing is lost: the next pass tries again).
+    pub fn publish(&self, stall: Duration) -> Result<()> {
+        let _one = self.pass.lock();
+        let mut due = Vec::new();
+        for (_, raw) in self.index.scan_meta("vol/")? {
+            let vol: VolumeRecord = serde_json::from_slice(&raw)?;
+            if self.diverged.lock().contains(&vol.id) {
+                continue;
+            }
+            let Some(local) = self.index.get_meta(&keys::head(vol.id))? else { continue };
+            let local: HeadRecord = serde_json::from_slice(&local)?;
+            let published = self.published(vol.id)?;
+            if published.as_ref() != Some(&local) {
+                due.push((vol, local, published));
+            }
+        }
+        if due.is_empty() {
+            return Ok(());
+        }
+        // Read after the heads: everything they name was queued before.
+        if let Some(o) = self.backend.outbox() {
+            o.wait_through(o.tail(), stall)?;
+        }
+        for (vol, local, published) in due {
+            match self.publish_one(&vol, &local, published.as_ref())? {
+                Outcome::Published => {
+                    let mut b = rocksdb::WriteBatch::default();
+                    self.set_published(&mut b, vol.id, &local);
+                    self.index.write(b, true)?;
+                    tracing::debug!(volume = %vol.name, base = ?local.base, "head published");
+                }
+                Outcome::Diverged(theirs) => {
+                    tracing::error!(
+                        volume = %vol.name,
+                        theirs = ?theirs.map(|t| t.base),
+                        ours = ?local.base,
+                        "another host advanced this volume; this host's later versions stay local and are not published"
+                    );
+                    self.diverged.lock().insert(vol.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn publish_one(
+        &self,
+        vol: &VolumeRecord,
+        local: &HeadRecord,
+        published: Option<&HeadRecord>,
+    ) -> Result<Outcome> {
+        let key = paths::head(vol.id);
+        let obj = Bytes::from(serde_json::to_vec_pretty(local)?);
+        let cached = self.etags.lock().get(&vol.id).cloned();
+        // The version to replace: the cached one, else the object's if it
+        // still holds what this host published (None: create it).
+        let mut expected = match (published, cached) {
+            (None, _) => None,
+            (Some(_), Some(v)) => Some(v),
+            (Some(_), None) => match self.check_remote(&key, local, published)? {
+                Found::Ours(v) => return Ok(self.done(vol.id, v)),
+                Found::Replace(v) => v,
+                Found::Theirs(t) => return Ok(Outcome::Diverged(t)),
+            },
+        };
+        for _ in 0..3 {
+            match self.backend.put_conditional(&key, obj.clone(), expected.clone()) {
+                Ok(v) => return Ok(self.done(vol.id, v)),
+                Err(e) if e.kind() == ErrorKind::Conflict => {
+                    match self.check_remote(&key, local, published)? {
+                        // Our own put, retried after its answer was lost.
+                        Found::Ours(v) => return Ok(self.done(vol.id, v)),
+                        // Still ours; only the cached version was stale.
+                        Found::Replace(v) => expected = v,
+                        Found::Theirs(t) => return Ok(Outcome::Diverged(t)),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::new(ErrorKind::Unavailable, format!("{key}: conditional updates keep failing")))
+    }
+
+    /// What the head object holds, against this host's heads.
+    fn check_remote(
+        &self,
+        key: &object_store::path::Path,
+        local: &HeadRecord,
+        published: Option<&HeadRecord>,
+    ) -> Result<Found> {
+        let Some((raw, v)) = self.backend.get_versioned(key)? else {
+            return Ok(match published {
+                None => Found::Replace(None),
+                // Deleted by another host.
+                Some(_) => Found::Theirs(None),
+            });
+        };
+        let theirs: Option<HeadRecord> = serde_json::from_slice(&raw).ok();
+        Ok(match theirs {
+            Some(t) if t == *local => Found::Ours(v),
+            Some(t) if Some(&t) == published => Found::Replace(Some(v)),
+            t => Found::Theirs(t),
+        })
+    }
+
+    fn done(&self, vol: VolumeId, v: UpdateVersion) -> Outcome {
+        self.etags.lock().insert(vol, v);
+        Outcome::Published
+    }
+}
+
+/// A head object as [`Publisher::check_remote`] found it.
+enum Found {
+    /// It holds the local head already (at this version).
+    Ours(UpdateVersion),
+    /// It holds what this host published: replace it (None: create it).
+    Replace(Option<UpdateVersion>),
+    /// Another host wrote (or deleted) it.
+    Theirs(Option<HeadRecord>),
+}

@@ -53,6 +53,7 @@ impl Backend {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("forkfs-io")
+            .on_thread_start(block_sigpipe)
             .enable_all()
             .build()?;
         let fds = quick_cache::sync::Cache::new(256);
@@ -319,6 +320,21 @@ impl Backend {
             std::fs::File::open(dir)?.sync_all()?;
         }
         Ok(())
+    }
+}
+
+/// A peer that closes a connection mid-request must fail that request
+/// (EPIPE), never kill the process: the `forkfs` command restores SIGPIPE's
+/// default action for its output, and HTTP clients write with `writev`,
+/// which raises it. Blocked in the threads that do network I/O, the signal
+/// stays pending there and the write returns the error.
+fn block_sigpipe() {
+    // SAFETY: plain libc calls on a local, initialized signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
 

@@ -100,7 +100,7 @@ pub struct ChunkStore {
     uploader: Option<std::thread::JoinHandle<()>>,
     cache: quick_cache::sync::Cache<ChunkId, Bytes, ByteWeight>,
     /// Chunks of a remote backend kept on local disk.
-    disk: Option<crate::diskcache::DiskCache>,
+    disk: Option<Arc<crate::diskcache::DiskCache>>,
     /// Sequential fetches from remote packs read ahead (with `disk`).
     readahead: crate::readahead::ReadAhead,
     config: ChunkConfig,
@@ -151,15 +151,38 @@ impl Drop for GcScope<'_> {
     }
 }
 
-fn open_disk_cache(config: &ChunkConfig) -> Option<crate::diskcache::DiskCache> {
+fn open_disk_cache(config: &ChunkConfig) -> Option<Arc<crate::diskcache::DiskCache>> {
     let (dir, limit) = config.disk_cache.as_ref()?;
     match crate::diskcache::DiskCache::open(dir, *limit) {
-        Ok(c) => Some(c),
+        Ok(c) => Some(Arc::new(c)),
         Err(e) => {
             tracing::warn!(dir = %dir.display(), error = %e, "no on-disk chunk cache");
             None
         }
     }
+}
+
+/// What this host wrote stays readable while the object store is out of
+/// reach: a pack's chunks go to the disk cache once it is uploaded (its
+/// local copy is about to go).
+fn keep_written(disk: Arc<crate::diskcache::DiskCache>) -> crate::outbox::UploadedHook {
+    Arc::new(move |key, data| {
+        if paths::parse_pack(key).is_none() {
+            return;
+        }
+        let entries = match pack::parse(data) {
+            Ok(e) => e,
+            Err(e) => return tracing::warn!(%key, error = %e, "uploaded pack does not parse"),
+        };
+        for e in &entries {
+            let start = e.offset as usize;
+            let stored = data.get(start..start + e.stored_len as usize);
+            match stored.map(|s| pack::decompress(e, s)) {
+                Some(Ok(plain)) => disk.put(&e.id, &plain),
+                _ => tracing::warn!(%key, chunk = %e.id, "uploaded pack has a bad chunk"),
+            }
+        }
+    })
 }
 
 impl ChunkStore {
@@ -195,6 +218,10 @@ impl ChunkStore {
                 }
             })
             .expect("spawning the pack uploader thread");
+        let disk = open_disk_cache(&config);
+        if let (Some(o), Some(d)) = (backend.outbox(), &disk) {
+            o.on_uploaded(keep_written(d.clone()));
+        }
         ChunkStore {
             backend,
             index,
@@ -203,7 +230,7 @@ impl ChunkStore {
             queue: Some(tx),
             uploader: Some(uploader),
             cache,
-            disk: open_disk_cache(&config),
+            disk,
             readahead: crate::readahead::ReadAhead::from_env(),
             config,
             stats,
@@ -419,7 +446,7 @@ impl ChunkStore {
 
     /// The on-disk cache (remote backends only).
     pub fn disk_cache(&self) -> Option<&crate::diskcache::DiskCache> {
-        self.disk.as_ref()
+        self.disk.as_deref()
     }
 
     /// Forgets a cached chunk (after its pack was found damaged).

@@ -15,8 +15,9 @@
 //! missing. [`Outbox::wait_through`] gives the same guarantee to a caller
 //! about to publish a head.
 //!
-//! Backpressure: a put waits while more than the configured limit of bytes
-//! is pending (an unreachable object store fills the disk no further).
+//! Backpressure: writers wait ([`Outbox::wait_for_room`]) while more than
+//! the configured limit of bytes is pending, so an unreachable object store
+//! fills the local disk no further than the limit plus one checkpoint.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::paths;
@@ -70,11 +71,17 @@ struct State {
     last_error: Option<String>,
     /// Advanced by every completed upload (drain watches it for progress).
     completed: u64,
+    /// Writers are waiting for room (said once per episode).
+    behind: bool,
     stop: bool,
 }
 
+/// Called with each object just uploaded, before its local copy goes.
+pub type UploadedHook = Arc<dyn Fn(&Path, &Bytes) + Send + Sync>;
+
 struct Shared {
     dir: PathBuf,
+    uploaded: Mutex<Option<UploadedHook>>,
     store: Arc<dyn ObjectStore>,
     rt: tokio::runtime::Handle,
     limit: u64,
@@ -151,6 +158,7 @@ impl Outbox {
         }
         let shared = Arc::new(Shared {
             dir,
+            uploaded: Mutex::new(None),
             store,
             rt,
             limit: limit.max(1),
@@ -167,24 +175,12 @@ impl Outbox {
     }
 
     /// Makes `data` durable on local disk under `key` and queues its
-    /// upload. Waits first while the pending bytes are over the limit.
+    /// upload. Never waits for room: writers do, before they write (see
+    /// [`Outbox::wait_for_room`]), so a checkpoint under way always ends.
     pub fn put(&self, key: &Path, data: &Bytes) -> Result<()> {
         let s = &self.shared;
         let seq = {
             let mut st = s.state.lock();
-            let mut warned = false;
-            while st.pending_bytes > 0 && st.pending_bytes + data.len() as u64 > s.limit {
-                if !warned {
-                    tracing::warn!(
-                        pending = st.pending_bytes,
-                        limit = s.limit,
-                        error = st.last_error.as_deref().unwrap_or("none yet"),
-                        "uploads are behind: writers wait for the object store"
-                    );
-                    warned = true;
-                }
-                s.changed.wait(&mut st);
-            }
             // Replacing a queued copy (a retried put of the same object).
             if let Some(old) = st.entries.iter().find(|(_, e)| e.key == *key).map(|(k, _)| *k)
                 && !st.entries[&old].uploading
@@ -238,6 +234,12 @@ impl Outbox {
         f.sync_all()?;
         std::fs::rename(&tmp, dir.join(file_name(seq, key)))?;
         sync_dir(dir)
+    }
+
+    /// Sets what to do with each object once uploaded (the chunk store
+    /// keeps this host's own writes in its disk cache).
+    pub fn on_uploaded(&self, hook: UploadedHook) {
+        *self.shared.uploaded.lock() = Some(hook);
     }
 
     /// The local copy of a queued object: its file and length.
@@ -328,6 +330,11 @@ impl Outbox {
     pub fn wait_through(&self, tail: u64, stall: Duration) -> Result<()> {
         let s = &self.shared;
         let mut st = s.state.lock();
+        // Somebody waits: retry now what is backing off.
+        for e in st.entries.range_mut(..tail).map(|(_, e)| e) {
+            e.not_before = None;
+        }
+        s.changed.notify_all();
         let (mut seen, mut since) = (st.completed, Instant::now());
         loop {
             let Some((&first, _)) = st.entries.first_key_value() else { return Ok(()) };
@@ -360,12 +367,26 @@ impl Outbox {
     }
 
     /// Waits while the pending bytes are over the limit (writers call it
-    /// before taking locks a checkpoint needs).
+    /// before taking locks a checkpoint needs). The limit is soft: a
+    /// checkpoint folds what writers wrote before it was reached.
     pub fn wait_for_room(&self) {
         let s = &self.shared;
         let mut st = s.state.lock();
         while st.pending_bytes > s.limit && !st.stop {
+            if !st.behind {
+                tracing::warn!(
+                    pending = st.pending_bytes,
+                    limit = s.limit,
+                    error = st.last_error.as_deref().unwrap_or("none yet"),
+                    "uploads are behind: writers wait for the object store"
+                );
+                st.behind = true;
+            }
             s.changed.wait(&mut st);
+        }
+        if st.behind {
+            tracing::info!(pending = st.pending_bytes, "uploads caught up: writers go on");
+            st.behind = false;
         }
     }
 
@@ -438,9 +459,15 @@ fn worker(s: &Shared) {
             job
         };
         let res = upload(s, &key, &file);
+        if let Ok(data) = &res {
+            let hook = s.uploaded.lock().clone();
+            if let Some(h) = hook {
+                h(&key, data);
+            }
+        }
         let mut st = s.state.lock();
         match res {
-            Ok(()) => {
+            Ok(_) => {
                 if let Some(e) = st.entries.remove(&seq) {
                     st.pending_bytes -= e.len;
                     let _ = std::fs::remove_file(&e.file);
@@ -468,12 +495,12 @@ fn worker(s: &Shared) {
     }
 }
 
-fn upload(s: &Shared, key: &Path, file: &std::path::Path) -> Result<()> {
+fn upload(s: &Shared, key: &Path, file: &std::path::Path) -> Result<Bytes> {
     let data = Bytes::from(std::fs::read(file)?);
-    let (store, k) = (s.store.clone(), key.clone());
-    let task = s.rt.spawn(async move { store.put(&k, PutPayload::from(data)).await });
+    let (store, k, payload) = (s.store.clone(), key.clone(), data.clone());
+    let task = s.rt.spawn(async move { store.put(&k, PutPayload::from(payload)).await });
     match futures::executor::block_on(task) {
-        Ok(r) => r.map(|_| ()).map_err(Error::from),
+        Ok(r) => r.map(|_| data).map_err(Error::from),
         Err(e) => Err(Error::with_source(ErrorKind::Unavailable, "upload task ended", e)),
     }
 }

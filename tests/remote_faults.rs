@@ -9,8 +9,9 @@
 mod common;
 
 use common::forkfs;
+use common::proxy::{forward, read_request};
 use common::s3::S3;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,46 +50,6 @@ fn next(rng: &AtomicU64) -> u64 {
     x ^= x << 17;
     rng.store(x, Ordering::Relaxed);
     x
-}
-
-/// One request from a client: its head (with `Connection: close`, one
-/// upstream connection per request) and body; `None` at end of stream.
-fn read_request(rd: &mut BufReader<TcpStream>) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-    let mut head = Vec::new();
-    let mut len = 0usize;
-    loop {
-        let mut line = String::new();
-        if rd.read_line(&mut line)? == 0 {
-            return Ok(None);
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-        if line.to_ascii_lowercase().starts_with("connection:") {
-            continue; // ours: one upstream connection per request
-        }
-        let end = line == "\r\n";
-        if end {
-            head.extend_from_slice(b"Connection: close\r\n");
-        }
-        head.extend_from_slice(line.as_bytes());
-        if end {
-            break;
-        }
-    }
-    let mut body = vec![0u8; len];
-    rd.read_exact(&mut body)?;
-    Ok(Some((head, body)))
-}
-
-/// Sends one request upstream; its whole answer.
-fn forward(upstream: u16, head: &[u8], body: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut up = TcpStream::connect(("127.0.0.1", upstream))?;
-    up.write_all(head)?;
-    up.write_all(body)?;
-    let mut resp = Vec::new();
-    up.read_to_end(&mut resp)?;
-    Ok(resp)
 }
 
 /// One client connection of the faulty proxy.
@@ -252,16 +213,21 @@ fn reads_fail_at_the_deadline_instead_of_hanging() {
     let stall = Arc::new(AtomicBool::new(false));
     let via = stalling_proxy(m.port, stall.clone());
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("a");
     let endpoint = format!("http://127.0.0.1:{via}");
     let init = ["init", "--remote", "s3://stalls/s", "--endpoint", &endpoint, "--allow-http"];
     let mut init = init.to_vec();
     init.extend_from_slice(&["--read-deadline", "2s"]);
-    let out = forkfs(&store, &init);
+    let writer = dir.path().join("a");
+    let out = forkfs(&writer, &init);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let img = dir.path().join("img");
     std::fs::write(&img, image(1)).unwrap();
-    assert!(forkfs(&store, &["import", "v", img.to_str().unwrap()]).status.success());
+    assert!(forkfs(&writer, &["import", "v", img.to_str().unwrap()]).status.success());
+    // The writer keeps what it wrote in its disk cache: read on a second
+    // host, which has to fetch.
+    let store = dir.path().join("b");
+    let out = forkfs(&store, &init);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let export = || {
         let out = dir.path().join("out.img");
         let _ = std::fs::remove_file(&out);

@@ -198,13 +198,15 @@ fn writers_wait_above_the_limit_until_uploads_catch_up() {
     let rig = Rig::new(true);
     let o = Arc::new(rig.open(100));
     o.put(&pack(1), &Bytes::from(vec![1u8; 80])).unwrap();
+    o.wait_for_room(); // 80 of 100: room
+    o.put(&pack(2), &Bytes::from(vec![2u8; 80])).unwrap(); // a put never waits
     let o2 = o.clone();
-    let writer = std::thread::spawn(move || o2.put(&pack(2), &Bytes::from(vec![2u8; 80])));
+    let writer = std::thread::spawn(move || o2.wait_for_room());
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!writer.is_finished(), "a put over the limit must wait");
-    assert_eq!(o.stats().pending_objects, 1);
+    assert!(!writer.is_finished(), "160 bytes pending of 100: a writer must wait");
+    assert_eq!(o.stats().pending_bytes, 160);
     rig.flaky.down.store(false, Ordering::SeqCst);
-    writer.join().unwrap().unwrap();
+    writer.join().unwrap();
     o.drain(Duration::from_secs(30)).unwrap();
     assert_eq!(rig.remote(&pack(2)).map(|b| b.len()), Some(80));
 }

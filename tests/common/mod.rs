@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod mount;
+pub mod proxy;
 pub mod s3;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +32,8 @@ pub fn ok(store: &Path, args: &[&str]) -> String {
     let out = forkfs(store, args);
     assert!(
         out.status.success(),
-        "forkfs {args:?} failed: {}\n{}",
+        "forkfs {args:?} failed ({}): {}\n{}",
+        out.status,
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     );

@@ -69,6 +69,7 @@ impl Store {
                 .map_err(|e| Error::corrupt(format!("head of {}: {e}", rec.name)))?;
             self.put_json(b, &keys::volume(rec.name.as_str()), &rec)?;
             self.put_json(b, &keys::head(rec.id), &head)?;
+            self.mark_published(b, rec.id, &head);
             report.volumes += 1;
         }
         self.put_json(b, keys::NEXT_VOLUME_ID, &next_id)?;
@@ -83,7 +84,13 @@ impl Store {
                 return Err(Error::corrupt(format!("{} does not match its id", o.location)));
             }
             self.put_json(b, &keys::version(&v.id), &v)?;
-            b.put_cf(meta, keys::log(VolumeId(v.volume.0), v.seq), v.id.to_string());
+            // A host cut off from the bucket may have committed versions of
+            // its own at sequence numbers the volume's history took since:
+            // the record is kept, but never in place of a log entry.
+            let slot = keys::log(VolumeId(v.volume.0), v.seq);
+            if self.index().get_meta(&slot)?.is_none() {
+                b.put_cf(meta, slot, v.id.to_string());
+            }
             report.versions += 1;
         }
         let known: std::collections::HashSet<_> =
@@ -126,25 +133,25 @@ impl Store {
             if self.open_head(vol.name.as_str()).is_some() {
                 continue;
             }
+            // What this host published, read before the object: a publish
+            // finishing in between then reads as ours, never as another's.
+            let published = self.publisher().map(|p| p.published(vol.id)).transpose()?.flatten();
             if let Some((raw, _)) = backend.get_versioned(&paths::head(vol.id))? {
                 let remote: HeadRecord = serde_json::from_slice(&raw)
                     .map_err(|e| Error::corrupt(format!("head of {}: {e}", vol.name)))?;
                 let local = self.head_record(vol.id)?;
-                if remote != local && !self.ahead_of(vol.id, &remote)? {
+                let ahead = published.as_ref() == Some(&remote);
+                if remote == local {
+                    if published.as_ref() != Some(&remote) {
+                        self.mark_published(&mut b, vol.id, &remote);
+                    }
+                } else if !ahead {
                     self.put_json(&mut b, &keys::head(vol.id), &remote)?;
                     self.mark_published(&mut b, vol.id, &remote);
                 }
             }
         }
         self.index().write(b, true)
-    }
-
-    /// Whether the local head of `vol` is a successor of `remote` this
-    /// host has yet to publish: the object store still holds what this
-    /// host last published there.
-    fn ahead_of(&self, vol: VolumeId, remote: &HeadRecord) -> Result<bool> {
-        let Some(p) = self.publisher() else { return Ok(false) };
-        Ok(p.published(vol)?.as_ref() == Some(remote))
     }
 
     fn mark_published(&self, b: &mut WriteBatch, vol: VolumeId, head: &HeadRecord) {
@@ -165,6 +172,8 @@ impl Store {
         let mut report = AttachReport::default();
         self.import_remote_objects(&mut b, &crate::progress::Quiet, &mut report)?;
         let local = self.head_record(vol.id)?;
+        // Read before the object (see `refresh_remote_heads`).
+        let published = self.publisher().map(|p| p.published(vol.id)).transpose()?.flatten();
         let (remote, version) = match backend.get_versioned(&paths::head(vol.id))? {
             Some((raw, v)) => {
                 let remote: HeadRecord = serde_json::from_slice(&raw)
@@ -176,15 +185,17 @@ impl Store {
         };
         let mut head = local.clone();
         if let Some(remote) = remote {
+            // The remote still holds what this host published: the local
+            // head is its successor, not yet out.
+            let ahead = published.as_ref() == Some(&remote);
             if remote == local {
                 self.mark_published(&mut b, vol.id, &remote);
-            } else if !self.ahead_of(vol.id, &remote)? {
+            } else if !ahead {
                 let overlay = crate::overlay::Overlay::new(self.index(), vol.id);
                 if !overlay.is_empty()? {
                     tracing::warn!(volume = %vol.name, "another host advanced this volume; uncommitted local changes to the old head are dropped");
                 }
-                let published = self.publisher().and_then(|p| p.published(vol.id).ok().flatten());
-                if published.is_some_and(|p| p != local) {
+                if published.as_ref().is_some_and(|p| *p != local) {
                     tracing::warn!(volume = %vol.name, "this host's versions since its last publish stay local, not in the volume's remote history");
                 }
                 overlay.clear(&mut b);

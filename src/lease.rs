@@ -136,6 +136,29 @@ impl Lease {
     }
 
     /// Fails once the lease could not be renewed in time.
+    /// Renews the lease now, so that what the caller does next (advance
+    /// the head object) happens under a lease known to be this host's: a
+    /// conflict means another host took it (the lease is lost from then on).
+    pub fn confirm(&self) -> Result<()> {
+        self.check()?;
+        let s = &self.shared;
+        let mut state = s.state.lock();
+        let mut rec = state.0.clone();
+        rec.expires_ms = now_ms() + s.term.as_millis() as u64;
+        match put_or_confirm(&s.backend, &s.key, &rec, Some(state.1.clone())) {
+            Ok(v) => {
+                *state = (rec, v);
+                Ok(())
+            }
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => {
+                s.lost.store(true, Ordering::SeqCst);
+                drop(state);
+                self.check()
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn check(&self) -> Result<()> {
         if self.shared.lost.load(Ordering::SeqCst) {
             return Err(Error::conflict(format!(
@@ -188,11 +211,14 @@ fn renew_loop(s: &Shared) {
                 return;
             }
         }
-        let (mut rec, version) = s.state.lock().clone();
+        // Held across the put: a `confirm` must not race it with the same
+        // version (the loser would read a conflict and drop the lease).
+        let mut state = s.state.lock();
+        let mut rec = state.0.clone();
         rec.expires_ms = now_ms() + s.term.as_millis() as u64;
-        let res = put_or_confirm(&s.backend, &s.key, &rec, Some(version));
+        let res = put_or_confirm(&s.backend, &s.key, &rec, Some(state.1.clone()));
         match res {
-            Ok(v) => *s.state.lock() = (rec, v),
+            Ok(v) => *state = (rec, v),
             // Another host took it: this one stops writing the volume.
             Err(e) if e.kind() == crate::ErrorKind::Conflict => {
                 tracing::error!(volume = %s.volume, error = %e, "lease lost to another host");
@@ -204,7 +230,7 @@ fn renew_loop(s: &Shared) {
             // host last wrote succeeds only if no host took the lease
             // meanwhile; if one did, the next attempt is a conflict.
             Err(e) => {
-                let expired = s.state.lock().0.expires_ms <= now_ms();
+                let expired = state.0.expires_ms <= now_ms();
                 tracing::error!(volume = %s.volume, error = %e, expired, "lease renewal failed; retrying");
             }
         }

@@ -73,6 +73,10 @@ struct State {
     completed: u64,
     /// Writers are waiting for room (said once per episode).
     behind: bool,
+    /// This process queued an object (closing then uploads).
+    queued_here: bool,
+    /// The uploads under way, to cancel when the outbox closes.
+    running: Vec<tokio::task::AbortHandle>,
     stop: bool,
 }
 
@@ -91,6 +95,7 @@ struct Shared {
 
 pub struct Outbox {
     shared: Arc<Shared>,
+    workers: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// `packs/ab.pack` <-> `0000000000000007-packs%ab.pack`.
@@ -165,13 +170,15 @@ impl Outbox {
             state: Mutex::new(state),
             changed: Condvar::new(),
         });
+        let mut workers = Vec::new();
         for i in 0..WORKERS {
             let s = shared.clone();
-            std::thread::Builder::new()
+            let t = std::thread::Builder::new()
                 .name(format!("forkfs-upload-{i}"))
                 .spawn(move || worker(&s))?;
+            workers.push(t);
         }
-        Ok(Outbox { shared })
+        Ok(Outbox { shared, workers })
     }
 
     /// Makes `data` durable on local disk under `key` and queues its
@@ -181,14 +188,12 @@ impl Outbox {
         let s = &self.shared;
         let seq = {
             let mut st = s.state.lock();
-            // Replacing a queued copy (a retried put of the same object).
-            if let Some(old) = st.entries.iter().find(|(_, e)| e.key == *key).map(|(k, _)| *k)
-                && !st.entries[&old].uploading
-            {
-                let e = st.entries.remove(&old).expect("found above");
-                st.pending_bytes -= e.len;
-                let _ = std::fs::remove_file(&e.file);
+            // Objects are immutable: a queued copy is this one (a retried
+            // put); it keeps its place in the order.
+            if st.entries.values().any(|e| e.key == *key && e.ready) {
+                return Ok(());
             }
+            st.queued_here = true;
             let seq = st.next_seq;
             st.next_seq += 1;
             let file = s.dir.join(file_name(seq, key));
@@ -326,22 +331,30 @@ impl Outbox {
 
     /// Waits until every object queued before `tail` is in the object
     /// store. Fails once uploads have made no progress for `stall` (the
-    /// objects stay queued).
-    pub fn wait_through(&self, tail: u64, stall: Duration) -> Result<()> {
+    /// objects stay queued), or once `cancel` says so. `hurry`: retry now
+    /// what is backing off (somebody waits for it).
+    pub fn wait_through(
+        &self,
+        tail: u64,
+        stall: Duration,
+        hurry: bool,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<()> {
         let s = &self.shared;
         let mut st = s.state.lock();
-        // Somebody waits: retry now what is backing off.
-        for e in st.entries.range_mut(..tail).map(|(_, e)| e) {
-            e.not_before = None;
+        if hurry {
+            for e in st.entries.range_mut(..tail).map(|(_, e)| e) {
+                e.not_before = None;
+            }
+            s.changed.notify_all();
         }
-        s.changed.notify_all();
         let (mut seen, mut since) = (st.completed, Instant::now());
         loop {
             let Some((&first, _)) = st.entries.first_key_value() else { return Ok(()) };
             if first >= tail {
                 return Ok(());
             }
-            if st.stop {
+            if st.stop || cancel() {
                 return Err(Error::new(ErrorKind::Unavailable, "the store is closing"));
             }
             if st.completed != seen {
@@ -363,7 +376,12 @@ impl Outbox {
 
     /// Waits until everything queued so far is in the object store.
     pub fn drain(&self, stall: Duration) -> Result<()> {
-        self.wait_through(self.tail(), stall)
+        self.wait_through(self.tail(), stall, true, &|| false)
+    }
+
+    /// Whether this process queued anything.
+    pub fn queued_here(&self) -> bool {
+        self.shared.state.lock().queued_here
     }
 
     /// Waits while the pending bytes are over the limit (writers call it
@@ -409,10 +427,20 @@ impl Outbox {
 
 impl Drop for Outbox {
     fn drop(&mut self) {
-        // Workers finish the upload in hand (or see it cancelled when the
-        // runtime shuts down); what is left uploads at the next open.
-        self.shared.state.lock().stop = true;
+        // Uploads under way are cancelled (their objects stay queued and
+        // upload at the next open); no worker outlives the outbox, so none
+        // can touch the files of a later one in this directory.
+        {
+            let mut st = self.shared.state.lock();
+            st.stop = true;
+            for a in st.running.drain(..) {
+                a.abort();
+            }
+        }
         self.shared.changed.notify_all();
+        for t in self.workers.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
@@ -476,6 +504,13 @@ fn worker(s: &Shared) {
                 st.last_error = None;
                 st.completed += 1;
             }
+            // Its file is gone (removed by hand): nothing left to upload.
+            Err(e) if e.kind() == ErrorKind::NotFound && !file.exists() => {
+                tracing::error!(key = %key, "a queued object's file is missing; dropped from the queue");
+                if let Some(gone) = st.entries.remove(&seq) {
+                    st.pending_bytes -= gone.len;
+                }
+            }
             Err(e) => {
                 st.failures = st.failures.saturating_add(1);
                 let backoff = Duration::from_millis(250)
@@ -498,7 +533,16 @@ fn worker(s: &Shared) {
 fn upload(s: &Shared, key: &Path, file: &std::path::Path) -> Result<Bytes> {
     let data = Bytes::from(std::fs::read(file)?);
     let (store, k, payload) = (s.store.clone(), key.clone(), data.clone());
-    let task = s.rt.spawn(async move { store.put(&k, PutPayload::from(payload)).await });
+    let task = {
+        let mut st = s.state.lock();
+        if st.stop {
+            return Err(Error::new(ErrorKind::Unavailable, "the store is closing"));
+        }
+        let task = s.rt.spawn(async move { store.put(&k, PutPayload::from(payload)).await });
+        st.running.retain(|a| !a.is_finished());
+        st.running.push(task.abort_handle());
+        task
+    };
     match futures::executor::block_on(task) {
         Ok(r) => r.map(|_| data).map_err(Error::from),
         Err(e) => Err(Error::with_source(ErrorKind::Unavailable, "upload task ended", e)),

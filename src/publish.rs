@@ -10,11 +10,20 @@
 //! anything else was advanced by another host (after this one lost its
 //! lease): this host's later versions stay local, and the volume is
 //! reported diverged.
+//!
+//! A head is published only under the volume's lease, confirmed by a
+//! renewal just before the put. The publisher keeps every lease this
+//! process takes (a volume opened for writing shares it) until that
+//! volume's head is published, so a command that ends, or a head that
+//! closes, does not hand the volume to another host before its last
+//! version is out; a head an earlier process left unpublished waits for
+//! its lease to be free.
 
 use crate::backend::Backend;
 use crate::error::{Error, ErrorKind, Result};
 use crate::id::VolumeId;
 use crate::index::{CF_META, Index};
+use crate::lease::Lease;
 use crate::paths;
 use crate::version::{HeadRecord, VolumeRecord, keys};
 use bytes::Bytes;
@@ -31,8 +40,13 @@ pub struct Publisher {
     etags: Mutex<HashMap<VolumeId, UpdateVersion>>,
     /// Volumes another host advanced under this one.
     diverged: Mutex<HashSet<VolumeId>>,
-    /// One publishing pass at a time.
-    pass: Mutex<()>,
+    /// One publishing pass at a time (and volume deletion waits for it).
+    pub(crate) pass: Mutex<()>,
+    /// The leases this process holds, kept until their heads are out.
+    leases: Mutex<HashMap<VolumeId, Arc<Lease>>>,
+    /// A head was committed in this process (closing then publishes).
+    committed: std::sync::atomic::AtomicBool,
+    stopping: std::sync::atomic::AtomicBool,
     kick: Mutex<(bool, bool)>,
     woken: Condvar,
 }
@@ -51,6 +65,9 @@ impl Publisher {
             etags: Mutex::new(HashMap::new()),
             diverged: Mutex::new(HashSet::new()),
             pass: Mutex::new(()),
+            leases: Mutex::new(HashMap::new()),
+            committed: std::sync::atomic::AtomicBool::new(false),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             kick: Mutex::new((false, false)),
             woken: Condvar::new(),
         }
@@ -71,23 +88,83 @@ impl Publisher {
                     }
                     k.0 = false;
                 }
-                // Short stalls: the loop comes back, and a stop is seen.
-                if let Err(e) = p.publish(Duration::from_secs(2)) {
+                // In the background: no retry is hurried, and a long stall
+                // (an outage) ends the pass; the next one tries again.
+                if let Err(e) = p.publish(Duration::from_secs(60), false) {
                     tracing::debug!(error = %e, "heads not published yet");
                 }
+                p.release_published();
             }
         })?)
     }
 
-    /// A head changed: publish it soon.
+    /// Publish soon (heads an earlier process left).
     pub fn kick(&self) {
         self.kick.lock().0 = true;
         self.woken.notify_all();
     }
 
+    /// A head changed in this process: publish it soon, and before the
+    /// store closes.
+    pub fn committed(&self) {
+        self.committed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.kick();
+    }
+
+    /// Whether this process committed a head (closing must publish).
+    pub fn committed_here(&self) -> bool {
+        self.committed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn stop(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
         self.kick.lock().1 = true;
         self.woken.notify_all();
+    }
+
+    /// The lease of `vol`: the one this process holds, else a new one
+    /// (fails if another host holds it).
+    pub fn lease(&self, vol: &VolumeRecord) -> Result<Arc<Lease>> {
+        let mut leases = self.leases.lock();
+        if let Some(l) = leases.get(&vol.id)
+            && l.check().is_ok()
+        {
+            return Ok(l.clone());
+        }
+        let l = Arc::new(Lease::acquire(self.backend.clone(), vol, crate::lease::default_term())?);
+        leases.insert(vol.id, l.clone());
+        Ok(l)
+    }
+
+    /// Lets go of the leases nothing else uses whose heads are published
+    /// (or that were lost).
+    fn release_published(&self) {
+        let mut gone = Vec::new();
+        {
+            let mut leases = self.leases.lock();
+            leases.retain(|vol, l| {
+                let done = l.check().is_err()
+                    || (Arc::strong_count(l) == 1 && !self.due(*vol).unwrap_or(true));
+                if done {
+                    gone.push(l.clone());
+                }
+                !done
+            });
+        }
+        drop(gone); // releasing talks to the object store: not under the lock
+    }
+
+    /// Releases every lease (the store is closing).
+    pub fn release_all(&self) {
+        let all: Vec<_> = self.leases.lock().drain().collect();
+        drop(all);
+    }
+
+    /// Whether the local head of `vol` is not yet published.
+    fn due(&self, vol: VolumeId) -> Result<bool> {
+        let Some(local) = self.index.get_meta(&keys::head(vol))? else { return Ok(false) };
+        let local: HeadRecord = serde_json::from_slice(&local)?;
+        Ok(self.published(vol)?.as_ref() != Some(&local))
     }
 
     /// Remembers the head object's version as just read (a lease taken,
@@ -127,8 +204,9 @@ impl Publisher {
 
     /// Publishes every local head the object store does not hold yet, once
     /// the objects it names are uploaded. Fails if uploads stall for
-    /// `stall` (nothing is lost: the next pass tries again).
-    pub fn publish(&self, stall: Duration) -> Result<()> {
+    /// `stall` (nothing is lost: the next pass tries again); `hurry`
+    /// retries backing-off uploads at once (somebody waits).
+    pub fn publish(&self, stall: Duration, hurry: bool) -> Result<()> {
         let _one = self.pass.lock();
         let mut due = Vec::new();
         for (_, raw) in self.index.scan_meta("vol/")? {
@@ -148,28 +226,65 @@ impl Publisher {
         }
         // Read after the heads: everything they name was queued before.
         if let Some(o) = self.backend.outbox() {
-            o.wait_through(o.tail(), stall)?;
+            let stopping = || self.stopping.load(std::sync::atomic::Ordering::SeqCst) && !hurry;
+            o.wait_through(o.tail(), stall, hurry, &stopping)?;
         }
+        let mut first_error = None;
         for (vol, local, published) in due {
-            match self.publish_one(&vol, &local, published.as_ref())? {
-                Outcome::Published => {
-                    let mut b = rocksdb::WriteBatch::default();
-                    self.set_published(&mut b, vol.id, &local);
-                    self.index.write(b, true)?;
-                    tracing::debug!(volume = %vol.name, base = ?local.base, "head published");
-                }
-                Outcome::Diverged(theirs) => {
-                    tracing::error!(
-                        volume = %vol.name,
-                        theirs = ?theirs.map(|t| t.base),
-                        ours = ?local.base,
-                        "another host advanced this volume; this host's later versions stay local and are not published"
-                    );
-                    self.diverged.lock().insert(vol.id);
-                }
+            if let Err(e) = self.publish_volume(&vol, &local, published.as_ref()) {
+                tracing::warn!(volume = %vol.name, error = %e, "head not published");
+                first_error.get_or_insert(e);
             }
         }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn publish_volume(
+        &self,
+        vol: &VolumeRecord,
+        local: &HeadRecord,
+        published: Option<&HeadRecord>,
+    ) -> Result<()> {
+        // Only under the volume's lease, renewed just now.
+        let lease = match self.lease(vol) {
+            Ok(l) => l,
+            Err(e) if e.kind() == ErrorKind::Conflict => {
+                tracing::debug!(volume = %vol.name, error = %e, "head waits for the volume's lease");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        if let Err(e) = lease.confirm() {
+            if e.kind() == ErrorKind::Conflict {
+                self.diverge(vol, local, None);
+                return Ok(());
+            }
+            return Err(e);
+        }
+        // Deleted meanwhile: nothing to publish.
+        if self.index.get_meta(&keys::head(vol.id))?.is_none() {
+            return Ok(());
+        }
+        match self.publish_one(vol, local, published)? {
+            Outcome::Published => {
+                let mut b = rocksdb::WriteBatch::default();
+                self.set_published(&mut b, vol.id, local);
+                self.index.write(b, true)?;
+                tracing::debug!(volume = %vol.name, base = ?local.base, "head published");
+            }
+            Outcome::Diverged(theirs) => self.diverge(vol, local, theirs),
+        }
         Ok(())
+    }
+
+    fn diverge(&self, vol: &VolumeRecord, local: &HeadRecord, theirs: Option<HeadRecord>) {
+        tracing::error!(
+            volume = %vol.name,
+            theirs = ?theirs.map(|t| t.base),
+            ours = ?local.base,
+            "another host took this volume over; this host's later versions stay local and are not published"
+        );
+        self.diverged.lock().insert(vol.id);
     }
 
     fn publish_one(

@@ -90,10 +90,15 @@ impl Drop for Inner {
         }
         // Closing: what this process committed goes to the object store
         // now (what cannot, stays queued for the next open).
-        let stall = self.config.remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
-        if let Err(e) = sync_remote(&self.chunks, p, stall) {
-            tracing::warn!(error = %e, "closing with uploads pending; they resume when the store is next opened");
+        // A process that wrote nothing leaves an earlier backlog alone.
+        let wrote = self.chunks.backend().outbox().is_some_and(|o| o.queued_here());
+        if wrote || p.committed_here() {
+            let stall = self.config.remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
+            if let Err(e) = sync_remote(&self.chunks, p, stall) {
+                tracing::warn!(error = %e, "closing with uploads pending; they resume when the store is next opened");
+            }
         }
+        p.release_all();
     }
 }
 
@@ -108,7 +113,7 @@ fn sync_remote(
     if let Some(o) = chunks.backend().outbox() {
         o.drain(stall)?;
     }
-    publisher.publish(stall)
+    publisher.publish(stall, true)
 }
 
 /// A front-end's handler of its own control requests: JSON in, JSON out.
@@ -447,9 +452,12 @@ impl Store {
         let (state, lease) = if backend.is_local() {
             (self.head_record(rec.id)?, None)
         } else {
-            // Another host may hold it; once ours, start from the remote head.
-            let lease =
-                crate::lease::Lease::acquire(backend.clone(), &rec, crate::lease::default_term())?;
+            // Another host may hold it; once ours, start from the remote
+            // head. The publisher keeps the lease until the head is out.
+            let p = self
+                .publisher()
+                .ok_or_else(|| Error::invalid("a remote store without a publisher"))?;
+            let lease = p.lease(&rec)?;
             (self.refresh_from_remote(&rec)?, Some(lease))
         };
         let head = Arc::new(Head::new(self.clone(), rec.clone(), state, lease)?);
@@ -471,7 +479,7 @@ impl Store {
     /// A head changed in the local index: publish it (remote stores).
     pub(crate) fn head_committed(&self) {
         if let Some(p) = &self.inner.publisher {
-            p.kick();
+            p.committed();
         }
     }
 
@@ -532,6 +540,8 @@ impl Store {
         let head = self.open_volume(name)?;
         let _one = head.checkpoint.lock();
         let _gate = head.gate.write();
+        // No publishing pass may put the head object back after this.
+        let _pass = self.publisher().map(|p| p.pass.lock());
         let _g = self.inner.meta_lock.lock();
         let versions = self.log(&rec)?;
         let mut b = WriteBatch::default();

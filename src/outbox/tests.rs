@@ -184,9 +184,9 @@ fn a_new_process_resumes_what_a_dead_one_left_queued() {
     drop(o);
     // A put cut short before its rename leaves a temporary file.
     std::fs::write(rig.path.join(".tmp-00000000000000ff"), b"torn").unwrap();
-    rig.flaky.down.store(false, Ordering::SeqCst);
     let o = rig.open(1 << 30);
     assert_eq!(o.stats().pending_objects, 1, "the torn put is not an object");
+    rig.flaky.down.store(false, Ordering::SeqCst);
     o.drain(Duration::from_secs(30)).unwrap();
     assert_eq!(rig.remote(&pack(7)), Some(Bytes::from_static(b"survives")));
     assert_eq!(rig.files(), 0);

@@ -57,7 +57,7 @@ pub struct Head {
     /// `deferred` is `Some` (written under its lock; read without it).
     on: AtomicBool,
     /// Remote stores: this host's right to write the volume.
-    pub(crate) lease: Option<crate::lease::Lease>,
+    pub(crate) lease: Option<std::sync::Arc<crate::lease::Lease>>,
 }
 
 /// What a reader sees: a live head (overlay over base) or a frozen
@@ -111,7 +111,7 @@ impl Head {
         store: Store,
         record: VolumeRecord,
         state: HeadRecord,
-        lease: Option<crate::lease::Lease>,
+        lease: Option<std::sync::Arc<crate::lease::Lease>>,
     ) -> Result<Head> {
         let head = Head {
             store,

@@ -70,6 +70,17 @@ fn read_at(srv: &Server, off: u64, len: u64) -> Vec<u8> {
     (0..len as usize).map(|i| u8::from_str_radix(&hexed[2 * i..2 * i + 2], 16).unwrap()).collect()
 }
 
+/// Waits until the server has noticed a cut connection and rolled back
+/// (`n` rollbacks in all): a connection opened before that is failed with
+/// the others, as the design says, so reads wait for it.
+fn wait_rollbacks(srv: &Server, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while rollbacks(srv).len() < n {
+        assert!(std::time::Instant::now() < deadline, "no rollback recorded: {}", srv.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Rollback events of `forkfs log`, newest first.
 fn rollbacks(srv: &Server) -> Vec<serde_json::Value> {
     let log = forkfs(srv, &["log", "vm"]);
@@ -93,6 +104,7 @@ fn btrfs_mode_persists_only_at_safe_points_and_rolls_back_lost_connections() {
     // a cut connection discards it.
     let x = vec![0x5au8; 3 * 65536];
     with_data(&srv, "x", &x, &format!("h.pwrite(data, {X_AT})\nh.flush()\n{CUT}"));
+    wait_rollbacks(&srv, 1);
     assert_eq!(
         read_at(&srv, X_AT, 8),
         vec![0u8; 8],
@@ -112,6 +124,7 @@ fn btrfs_mode_persists_only_at_safe_points_and_rolls_back_lost_connections() {
         n = x.len()
     );
     with_data(&srv, "xs", &both, &body);
+    wait_rollbacks(&srv, 2);
     assert_eq!(generation(&read_at(&srv, SUPER, 4096)), g, "an unflushed superblock persisted");
     assert_eq!(read_at(&srv, X_AT, 8), vec![0u8; 8]);
     assert_eq!(rollbacks(&srv).len(), 2);

@@ -14,6 +14,7 @@ use crate::store::Store;
 use crate::version::{HeadRecord, VersionRecord, VolumeRecord, keys};
 use rocksdb::WriteBatch;
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 
 /// What an attach found in the remote.
 #[derive(Serialize, Debug, Default, Clone)]
@@ -47,9 +48,13 @@ impl Store {
         let backend = self.chunks().backend();
         let meta = self.index().cf(CF_META);
         // Volumes created by other hosts since.
-        let known: std::collections::HashSet<VolumeId> =
-            self.volumes()?.into_iter().map(|v| v.id).collect();
+        let known: HashSet<VolumeId> = self.volumes()?.into_iter().map(|v| v.id).collect();
         let mut next_id: u64 = self.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
+        // Each volume's head, for the line of versions its log follows.
+        let mut heads: Vec<HeadRecord> = Vec::new();
+        for id in &known {
+            heads.push(self.head_record(*id)?);
+        }
         for o in backend.list(paths::VOLUMES)? {
             let rec: VolumeRecord = serde_json::from_slice(&backend.get(&o.location)?)
                 .map_err(|e| Error::corrupt(format!("{}: {e}", o.location)))?;
@@ -70,9 +75,11 @@ impl Store {
             self.put_json(b, &keys::volume(rec.name.as_str()), &rec)?;
             self.put_json(b, &keys::head(rec.id), &head)?;
             self.mark_published(b, rec.id, &head);
+            heads.push(head);
             report.volumes += 1;
         }
         self.put_json(b, keys::NEXT_VOLUME_ID, &next_id)?;
+        let mut fresh = Vec::new();
         for o in backend.list(paths::VERSIONS)? {
             let named = o.location.filename().and_then(|f| f.strip_suffix(".json"));
             let Some(id) = named.and_then(VersionId::parse) else { continue };
@@ -83,13 +90,41 @@ impl Store {
             if v.id != id || v.clone().seal()?.id != v.id {
                 return Err(Error::corrupt(format!("{} does not match its id", o.location)));
             }
-            self.put_json(b, &keys::version(&v.id), &v)?;
-            // A host cut off from the bucket may have committed versions of
-            // its own at sequence numbers the volume's history took since:
-            // the record is kept, but never in place of a log entry.
+            fresh.push(v);
+        }
+        // A host cut off from the bucket may have committed versions of its
+        // own at sequence numbers the volume's history took meanwhile: all
+        // records are kept, and a log slot goes to the version on the line
+        // of the head (its base, that one's parent, ...) over any other.
+        let by_id: HashMap<VersionId, &VersionRecord> = fresh.iter().map(|v| (v.id, v)).collect();
+        let mut line = HashSet::new();
+        for h in &heads {
+            let mut next = h.base;
+            while let Some(id) = next.filter(|id| line.insert(*id)) {
+                next = match by_id.get(&id) {
+                    Some(v) => v.parents.first().copied(),
+                    None => self.version(&id).ok().and_then(|v| v.parents.first().copied()),
+                };
+            }
+        }
+        let mut slots: HashMap<String, VersionId> = HashMap::new();
+        for v in &fresh {
+            self.put_json(b, &keys::version(&v.id), v)?;
             let slot = keys::log(VolumeId(v.volume.0), v.seq);
-            if self.index().get_meta(&slot)?.is_none() {
-                b.put_cf(meta, slot, v.id.to_string());
+            let taken = match slots.get(&slot) {
+                Some(id) => Some(*id),
+                None => self
+                    .index()
+                    .get_meta(&slot)?
+                    .and_then(|raw| std::str::from_utf8(&raw).ok().and_then(VersionId::parse)),
+            };
+            let mine = match taken {
+                None => true,
+                Some(other) => line.contains(&v.id) && !line.contains(&other),
+            };
+            if mine {
+                b.put_cf(meta, &slot, v.id.to_string());
+                slots.insert(slot, v.id);
             }
             report.versions += 1;
         }
@@ -154,6 +189,24 @@ impl Store {
         self.index().write(b, true)
     }
 
+    /// Points the log slots of `head`'s line (its base, that one's
+    /// parent, ...) at those versions: a head taken from another host
+    /// replaces this host's versions that never reached the bucket (their
+    /// records stay, by id).
+    fn adopt_line(&self, b: &mut WriteBatch, vol: VolumeId, head: &HeadRecord) -> Result<()> {
+        let meta = self.index().cf(CF_META);
+        let mut next = head.base;
+        let mut seen = HashSet::new();
+        while let Some(id) = next.filter(|id| seen.insert(*id)) {
+            let Ok(v) = self.version(&id) else { break };
+            if v.volume == vol {
+                b.put_cf(meta, keys::log(vol, v.seq), v.id.to_string());
+            }
+            next = v.parents.first().copied();
+        }
+        Ok(())
+    }
+
     fn mark_published(&self, b: &mut WriteBatch, vol: VolumeId, head: &HeadRecord) {
         if let Some(p) = self.publisher() {
             p.set_published(b, vol, head);
@@ -168,9 +221,8 @@ impl Store {
     /// the head to start from.
     pub(crate) fn refresh_from_remote(&self, vol: &VolumeRecord) -> Result<HeadRecord> {
         let backend = self.chunks().backend();
+        self.sync_from_remote()?; // records a taken head's line needs
         let mut b = WriteBatch::default();
-        let mut report = AttachReport::default();
-        self.import_remote_objects(&mut b, &crate::progress::Quiet, &mut report)?;
         let local = self.head_record(vol.id)?;
         // Read before the object (see `refresh_remote_heads`).
         let published = self.publisher().map(|p| p.published(vol.id)).transpose()?.flatten();
@@ -201,6 +253,7 @@ impl Store {
                 overlay.clear(&mut b);
                 self.put_json(&mut b, &keys::head(vol.id), &remote)?;
                 self.mark_published(&mut b, vol.id, &remote);
+                self.adopt_line(&mut b, vol.id, &remote)?;
                 tracing::info!(volume = %vol.name, base = ?remote.base, "head taken from the remote store");
                 head = remote;
             }

@@ -104,7 +104,9 @@ impl Lease {
                 if theirs.expires_ms > now {
                     return Err(held_by(vol.name.as_str(), &theirs));
                 }
-                tracing::warn!(volume = %vol.name, holder = %theirs.holder, "taking over an expired lease");
+                if theirs.expires_ms > 0 {
+                    tracing::warn!(volume = %vol.name, holder = %theirs.holder, "taking over an expired lease");
+                }
                 Some(version)
             }
         };

@@ -245,8 +245,15 @@ impl Publisher {
         local: &HeadRecord,
         published: Option<&HeadRecord>,
     ) -> Result<()> {
+        // A lease this process held and lost: another host took the volume
+        // over before this head was out.
+        let held = self.leases.lock().get(&vol.id).cloned();
+        if held.as_ref().is_some_and(|l| l.check().is_err()) {
+            self.diverge(vol, local, None);
+            return Ok(());
+        }
         // Only under the volume's lease, renewed just now.
-        let lease = match self.lease(vol) {
+        let lease = match held.map_or_else(|| self.lease(vol), Ok) {
             Ok(l) => l,
             Err(e) if e.kind() == ErrorKind::Conflict => {
                 tracing::debug!(volume = %vol.name, error = %e, "head waits for the volume's lease");

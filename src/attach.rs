@@ -51,9 +51,9 @@ impl Store {
         let known: HashSet<VolumeId> = self.volumes()?.into_iter().map(|v| v.id).collect();
         let mut next_id: u64 = self.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
         // Each volume's head, for the line of versions its log follows.
-        let mut heads: Vec<HeadRecord> = Vec::new();
+        let mut heads: Vec<(VolumeId, HeadRecord)> = Vec::new();
         for id in &known {
-            heads.push(self.head_record(*id)?);
+            heads.push((*id, self.head_record(*id)?));
         }
         for o in backend.list(paths::VOLUMES)? {
             let rec: VolumeRecord = serde_json::from_slice(&backend.get(&o.location)?)
@@ -75,7 +75,7 @@ impl Store {
             self.put_json(b, &keys::volume(rec.name.as_str()), &rec)?;
             self.put_json(b, &keys::head(rec.id), &head)?;
             self.mark_published(b, rec.id, &head);
-            heads.push(head);
+            heads.push((rec.id, head));
             report.volumes += 1;
         }
         self.put_json(b, keys::NEXT_VOLUME_ID, &next_id)?;
@@ -96,15 +96,24 @@ impl Store {
         // own at sequence numbers the volume's history took meanwhile: all
         // records are kept, and a log slot goes to the version on the line
         // of the head (its base, that one's parent, ...) over any other.
+        // The walk stops below the lowest new sequence number of the
+        // volume: older slots cannot be contested (and histories are long).
         let by_id: HashMap<VersionId, &VersionRecord> = fresh.iter().map(|v| (v.id, v)).collect();
+        let mut lowest: HashMap<VolumeId, u64> = HashMap::new();
+        for v in &fresh {
+            let l = lowest.entry(v.volume).or_insert(v.seq);
+            *l = (*l).min(v.seq);
+        }
         let mut line = HashSet::new();
-        for h in &heads {
+        for (vol, h) in &heads {
+            let Some(&floor) = lowest.get(vol) else { continue };
             let mut next = h.base;
             while let Some(id) = next.filter(|id| line.insert(*id)) {
-                next = match by_id.get(&id) {
-                    Some(v) => v.parents.first().copied(),
-                    None => self.version(&id).ok().and_then(|v| v.parents.first().copied()),
+                let v = match by_id.get(&id) {
+                    Some(v) => Some((*v).clone()),
+                    None => self.version(&id).ok(),
                 };
+                next = v.filter(|v| v.seq > floor).and_then(|v| v.parents.first().copied());
             }
         }
         let mut slots: HashMap<String, VersionId> = HashMap::new();

@@ -212,11 +212,13 @@ pub struct Synced {
 
 /// Makes every write acknowledged so far durable where the store keeps its
 /// objects: each changed volume (a live head in this process, or one with
-/// writes left by an earlier process) gets an automatic version, whose
-/// packs, record and head are in the object store (the bucket, for a
-/// remote store) before it commits; then the index and data log are
-/// synced. Volumes this process has not opened and that hold nothing
-/// unsaved are not opened (on a remote store that would take their lease).
+/// writes left by an earlier process) gets an automatic version; the index
+/// and data log are synced; and on a remote store, the call returns once
+/// the upload queue is empty and every head is published (or fails once
+/// uploads make no progress for the read deadline; nothing is lost, it
+/// stays queued). Volumes this process has not opened and that hold
+/// nothing unsaved are not opened (on a remote store that would take
+/// their lease).
 pub fn sync(store: &Store, volume: Option<&str>) -> Result<Vec<Synced>> {
     let recs = match volume {
         Some(v) => vec![store.volume(v)?],

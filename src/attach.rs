@@ -72,6 +72,11 @@ impl Store {
             };
             let head: HeadRecord = serde_json::from_slice(&raw)
                 .map_err(|e| Error::corrupt(format!("head of {}: {e}", rec.name)))?;
+            // Never in place of a volume of the same name this host knows.
+            if let Some(mine) = self.get_json::<VolumeRecord>(&keys::volume(rec.name.as_str()))? {
+                tracing::warn!(volume = %rec.name, ours = mine.id.0, theirs = rec.id.0, "two volumes of one name in the bucket; this host keeps its own");
+                continue;
+            }
             self.put_json(b, &keys::volume(rec.name.as_str()), &rec)?;
             self.put_json(b, &keys::head(rec.id), &head)?;
             self.mark_published(b, rec.id, &head);
@@ -180,7 +185,7 @@ impl Store {
             // What this host published, read before the object: a publish
             // finishing in between then reads as ours, never as another's.
             let published = self.publisher().map(|p| p.published(vol.id)).transpose()?.flatten();
-            if let Some((raw, _)) = backend.get_versioned(&paths::head(vol.id))? {
+            if let Some((raw, v)) = backend.get_versioned(&paths::head(vol.id))? {
                 let remote: HeadRecord = serde_json::from_slice(&raw)
                     .map_err(|e| Error::corrupt(format!("head of {}: {e}", vol.name)))?;
                 let local = self.head_record(vol.id)?;
@@ -190,8 +195,19 @@ impl Store {
                         self.mark_published(&mut b, vol.id, &remote);
                     }
                 } else if !ahead {
+                    // As when the volume is opened: the other host's head,
+                    // its line in the log, nothing of the old head's overlay.
+                    let overlay = crate::overlay::Overlay::new(self.index(), vol.id);
+                    if !overlay.is_empty()? {
+                        tracing::warn!(volume = %vol.name, "another host advanced this volume; uncommitted local changes to the old head are dropped");
+                    }
+                    overlay.clear(&mut b);
                     self.put_json(&mut b, &keys::head(vol.id), &remote)?;
                     self.mark_published(&mut b, vol.id, &remote);
+                    self.adopt_line(&mut b, vol.id, &remote)?;
+                    if let Some(p) = self.publisher() {
+                        p.saw(vol.id, Some(v));
+                    }
                 }
             }
         }

@@ -215,8 +215,9 @@ pub struct Synced {
 /// writes left by an earlier process) gets an automatic version; the index
 /// and data log are synced; and on a remote store, the call returns once
 /// the upload queue is empty and every head is published (or fails once
-/// uploads make no progress for the read deadline; nothing is lost, it
-/// stays queued). Volumes this process has not opened and that hold
+/// uploads make no progress for the read deadline, or names the volumes
+/// whose heads another host holds or took over; nothing is lost, it stays
+/// queued or local). Volumes this process has not opened and that hold
 /// nothing unsaved are not opened (on a remote store that would take
 /// their lease).
 pub fn sync(store: &Store, volume: Option<&str>) -> Result<Vec<Synced>> {

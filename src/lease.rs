@@ -137,7 +137,6 @@ impl Lease {
         Ok(Lease { shared, renewer: Some(renewer) })
     }
 
-    /// Fails once the lease could not be renewed in time.
     /// Renews the lease now, so that what the caller does next (advance
     /// the head object) happens under a lease known to be this host's: a
     /// conflict means another host took it (the lease is lost from then on).
@@ -161,10 +160,11 @@ impl Lease {
         }
     }
 
+    /// Fails once another host has taken the lease.
     pub fn check(&self) -> Result<()> {
         if self.shared.lost.load(Ordering::SeqCst) {
             return Err(Error::conflict(format!(
-                "the lease of volume {} was lost (not renewed in time); reopen it",
+                "the lease of volume {} was taken by another host after it expired; reopen the volume",
                 self.shared.volume
             )));
         }

@@ -51,7 +51,15 @@ pub struct Publisher {
     woken: Condvar,
 }
 
-/// What became of one volume's head in a pass.
+/// What became of one volume in a pass.
+enum Done {
+    Published,
+    /// Another host holds the lease (this head waits for it).
+    Waiting(String),
+    Diverged,
+}
+
+/// What became of one head object's update.
 enum Outcome {
     Published,
     Diverged(Option<HeadRecord>),
@@ -143,8 +151,15 @@ impl Publisher {
         {
             let mut leases = self.leases.lock();
             leases.retain(|vol, l| {
-                let done = l.check().is_err()
-                    || (Arc::strong_count(l) == 1 && !self.due(*vol).unwrap_or(true));
+                let due = self.due(*vol).unwrap_or(true);
+                let lost = l.check().is_err();
+                if lost && due {
+                    // Taken over before this head was out.
+                    self.diverged.lock().insert(*vol);
+                }
+                let unused = Arc::strong_count(l) == 1;
+                let diverged = self.diverged.lock().contains(vol);
+                let done = lost || (unused && (!due || diverged));
                 if done {
                     gone.push(l.clone());
                 }
@@ -208,21 +223,29 @@ impl Publisher {
     /// retries backing-off uploads at once (somebody waits).
     pub fn publish(&self, stall: Duration, hurry: bool) -> Result<()> {
         let _one = self.pass.lock();
-        let mut due = Vec::new();
+        let (mut due, mut left) = (Vec::new(), Vec::new());
         for (_, raw) in self.index.scan_meta("vol/")? {
             let vol: VolumeRecord = serde_json::from_slice(&raw)?;
-            if self.diverged.lock().contains(&vol.id) {
-                continue;
-            }
             let Some(local) = self.index.get_meta(&keys::head(vol.id))? else { continue };
             let local: HeadRecord = serde_json::from_slice(&local)?;
             let published = self.published(vol.id)?;
-            if published.as_ref() != Some(&local) {
-                due.push((vol, local, published));
+            if published.as_ref() == Some(&local) {
+                continue;
             }
+            if self.diverged.lock().contains(&vol.id) {
+                left.push(format!("{} (diverged: another host took it over)", vol.name));
+                continue;
+            }
+            due.push((vol, local, published));
         }
+        let unpublished = |left: Vec<String>| {
+            if !hurry || left.is_empty() {
+                return Ok(());
+            }
+            Err(Error::conflict(format!("heads not published: {}", left.join(", "))))
+        };
         if due.is_empty() {
-            return Ok(());
+            return unpublished(left);
         }
         // Read after the heads: everything they name was queued before.
         if let Some(o) = self.backend.outbox() {
@@ -231,12 +254,22 @@ impl Publisher {
         }
         let mut first_error = None;
         for (vol, local, published) in due {
-            if let Err(e) = self.publish_volume(&vol, &local, published.as_ref()) {
-                tracing::warn!(volume = %vol.name, error = %e, "head not published");
-                first_error.get_or_insert(e);
+            match self.publish_volume(&vol, &local, published.as_ref()) {
+                Ok(Done::Published) => {}
+                Ok(Done::Waiting(why)) => left.push(format!("{} ({why})", vol.name)),
+                Ok(Done::Diverged) => {
+                    left.push(format!("{} (diverged: another host took it over)", vol.name))
+                }
+                Err(e) => {
+                    tracing::warn!(volume = %vol.name, error = %e, "head not published");
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        match first_error {
+            Some(e) => Err(e),
+            None => unpublished(left),
+        }
     }
 
     fn publish_volume(
@@ -244,33 +277,33 @@ impl Publisher {
         vol: &VolumeRecord,
         local: &HeadRecord,
         published: Option<&HeadRecord>,
-    ) -> Result<()> {
+    ) -> Result<Done> {
         // A lease this process held and lost: another host took the volume
         // over before this head was out.
         let held = self.leases.lock().get(&vol.id).cloned();
         if held.as_ref().is_some_and(|l| l.check().is_err()) {
             self.diverge(vol, local, None);
-            return Ok(());
+            return Ok(Done::Diverged);
         }
         // Only under the volume's lease, renewed just now.
         let lease = match held.map_or_else(|| self.lease(vol), Ok) {
             Ok(l) => l,
             Err(e) if e.kind() == ErrorKind::Conflict => {
                 tracing::debug!(volume = %vol.name, error = %e, "head waits for the volume's lease");
-                return Ok(());
+                return Ok(Done::Waiting(e.to_string()));
             }
             Err(e) => return Err(e),
         };
         if let Err(e) = lease.confirm() {
             if e.kind() == ErrorKind::Conflict {
                 self.diverge(vol, local, None);
-                return Ok(());
+                return Ok(Done::Diverged);
             }
             return Err(e);
         }
         // Deleted meanwhile: nothing to publish.
         if self.index.get_meta(&keys::head(vol.id))?.is_none() {
-            return Ok(());
+            return Ok(Done::Published);
         }
         match self.publish_one(vol, local, published)? {
             Outcome::Published => {
@@ -278,10 +311,13 @@ impl Publisher {
                 self.set_published(&mut b, vol.id, local);
                 self.index.write(b, true)?;
                 tracing::debug!(volume = %vol.name, base = ?local.base, "head published");
+                Ok(Done::Published)
             }
-            Outcome::Diverged(theirs) => self.diverge(vol, local, theirs),
+            Outcome::Diverged(theirs) => {
+                self.diverge(vol, local, theirs);
+                Ok(Done::Diverged)
+            }
         }
-        Ok(())
     }
 
     fn diverge(&self, vol: &VolumeRecord, local: &HeadRecord, theirs: Option<HeadRecord>) {

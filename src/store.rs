@@ -425,18 +425,40 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        // The head object is the creation's commit point (see attach.rs):
-        // with a publisher it follows the objects the head names.
-        if self.inner.publisher.is_none() {
-            let obj = Bytes::from(serde_json::to_vec_pretty(&head)?);
-            self.chunks().backend().put(&paths::head(rec.id), obj)?;
-        }
+        // The head object is the creation's commit point (see attach.rs),
+        // put at once: until it is, other hosts do not see the volume, and
+        // could take its name. On a remote store it follows the objects
+        // it names, and is created only if absent.
+        let obj = Bytes::from(serde_json::to_vec_pretty(&head)?);
+        let key = paths::head(rec.id);
         let mut b = WriteBatch::default();
+        match self.publisher() {
+            None => self.chunks().backend().put(&key, obj)?,
+            Some(p) => {
+                self.uploaded_so_far()?;
+                let v = match backend.put_conditional(&key, obj.clone(), None) {
+                    Ok(v) => v,
+                    Err(e) if e.kind() == ErrorKind::Conflict => {
+                        match backend.get_versioned(&key)? {
+                            Some((raw, v)) if raw == obj => v, // our own put, retried
+                            _ => {
+                                return Err(Error::conflict(format!(
+                                    "volume id {} was taken by another host; try again",
+                                    rec.id.0
+                                )));
+                            }
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
+                p.saw(rec.id, Some(v));
+                p.set_published(&mut b, rec.id, &head);
+            }
+        }
         self.put_json(&mut b, keys::NEXT_VOLUME_ID, &(next + 1))?;
         self.put_json(&mut b, &keys::volume(rec.name.as_str()), &rec)?;
         self.put_json(&mut b, &keys::head(rec.id), &head)?;
         self.index().write(b, true)?;
-        self.head_committed();
         Ok(rec)
     }
 

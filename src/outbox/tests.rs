@@ -8,11 +8,13 @@ use object_store::{
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Fails every put while `down`; everything else passes through.
+/// Fails every put while `down`; everything else passes through. Keeps
+/// the keys it stored, in order.
 #[derive(Debug)]
 struct Flaky {
     inner: InMemory,
     down: AtomicBool,
+    stored: parking_lot::Mutex<Vec<Path>>,
 }
 
 impl std::fmt::Display for Flaky {
@@ -35,7 +37,9 @@ impl ObjectStore for Flaky {
                 source: "the object store is down".into(),
             });
         }
-        self.inner.put_opts(location, payload, opts).await
+        let r = self.inner.put_opts(location, payload, opts).await?;
+        self.stored.lock().push(location.clone());
+        Ok(r)
     }
     async fn put_multipart_opts(
         &self,
@@ -82,7 +86,11 @@ impl Rig {
     fn new(down: bool) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("outbox");
-        let flaky = Arc::new(Flaky { inner: InMemory::new(), down: AtomicBool::new(down) });
+        let flaky = Arc::new(Flaky {
+            inner: InMemory::new(),
+            down: AtomicBool::new(down),
+            stored: parking_lot::Mutex::new(Vec::new()),
+        });
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
         Rig { _dir: dir, path, flaky, rt }
     }
@@ -121,6 +129,11 @@ fn queued_objects_read_like_stored_ones_and_upload_once_the_store_is_back() {
     let err = o.drain(Duration::from_millis(600)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.to_string().contains("1 objects (10 bytes)"), "{err}");
+    let t0 = Instant::now();
+    while o.stats().last_error.is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no upload attempt failed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let st = o.stats();
     assert_eq!((st.pending_objects, st.pending_bytes), (1, 10));
     assert!(st.last_error.as_deref().unwrap_or("").contains("down"), "{st:?}");
@@ -165,15 +178,19 @@ fn a_record_never_reaches_the_store_before_the_packs_queued_earlier() {
     st.entries.remove(&0);
     assert_eq!(picks(&st), Some(rec.clone()), "once nothing is before it, the record");
 
-    // And end to end: the record is in the store only after the pack.
+    // And end to end: the record reaches the store only after the packs.
     let rig = Rig::new(true);
     let o = rig.open(1 << 30);
-    o.put(&pack(1), &Bytes::from_static(b"pack")).unwrap();
+    for n in 1..=6 {
+        o.put(&pack(n), &Bytes::from(vec![n; 1 << 16])).unwrap();
+    }
     o.put(&rec, &Bytes::from_static(b"record")).unwrap();
     rig.flaky.down.store(false, Ordering::SeqCst);
     o.drain(Duration::from_secs(30)).unwrap();
     assert_eq!(rig.remote(&rec), Some(Bytes::from_static(b"record")));
-    assert_eq!(rig.remote(&pack(1)), Some(Bytes::from_static(b"pack")));
+    let stored = rig.flaky.stored.lock().clone();
+    assert_eq!(stored.len(), 7, "{stored:?}");
+    assert_eq!(stored.last(), Some(&rec), "the record went before a pack: {stored:?}");
 }
 
 #[test]

@@ -278,14 +278,10 @@ impl Publisher {
         local: &HeadRecord,
         published: Option<&HeadRecord>,
     ) -> Result<Done> {
-        // A lease this process held and lost: another host took the volume
-        // over before this head was out.
+        // Only under the volume's lease, renewed just now. A lease this
+        // process held and lost (another host took the volume over before
+        // this head was out) fails the renewal as a conflict.
         let held = self.leases.lock().get(&vol.id).cloned();
-        if held.as_ref().is_some_and(|l| l.check().is_err()) {
-            self.diverge(vol, local, None);
-            return Ok(Done::Diverged);
-        }
-        // Only under the volume's lease, renewed just now.
         let lease = match held.map_or_else(|| self.lease(vol), Ok) {
             Ok(l) => l,
             Err(e) if e.kind() == ErrorKind::Conflict => {

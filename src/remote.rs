@@ -52,15 +52,8 @@ pub const DEFAULT_READ_DEADLINE: Duration = Duration::from_secs(20);
 impl Remote {
     /// The read deadline in force for this process.
     pub fn read_deadline(&self) -> Duration {
-        let env = std::env::var("FORKFS_READ_DEADLINE").ok();
-        match env.as_deref().map(humantime::parse_duration) {
-            Some(Ok(d)) => d,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "FORKFS_READ_DEADLINE is not a duration; ignored");
-                self.configured_deadline()
-            }
-            None => self.configured_deadline(),
-        }
+        let configured = self.read_deadline_ms.map_or(DEFAULT_READ_DEADLINE, Duration::from_millis);
+        env_override("FORKFS_READ_DEADLINE", humantime::parse_duration, configured)
     }
 
     /// How long a sync waits for uploads that make no progress before it
@@ -72,19 +65,25 @@ impl Remote {
 
     /// The pending-bytes limit in force for this process.
     pub fn pending_limit(&self) -> u64 {
-        let env = std::env::var("FORKFS_PENDING_LIMIT").ok();
-        match env.as_deref().map(parse_size::parse_size) {
-            Some(Ok(n)) => n,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "FORKFS_PENDING_LIMIT is not a size; ignored");
-                self.pending_limit.unwrap_or(DEFAULT_PENDING_LIMIT)
-            }
-            None => self.pending_limit.unwrap_or(DEFAULT_PENDING_LIMIT),
-        }
+        let configured = self.pending_limit.unwrap_or(DEFAULT_PENDING_LIMIT);
+        env_override("FORKFS_PENDING_LIMIT", |s| parse_size::parse_size(s), configured)
     }
+}
 
-    fn configured_deadline(&self) -> Duration {
-        self.read_deadline_ms.map_or(DEFAULT_READ_DEADLINE, Duration::from_millis)
+/// `configured`, unless the environment variable `name` holds a value
+/// `parse` accepts (one that it does not is ignored, with a warning).
+fn env_override<T, E: std::fmt::Display>(
+    name: &str,
+    parse: impl Fn(&str) -> std::result::Result<T, E>,
+    configured: T,
+) -> T {
+    let Ok(raw) = std::env::var(name) else { return configured };
+    match parse(&raw) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "{name} is not valid; ignored");
+            configured
+        }
     }
 }
 

@@ -93,7 +93,7 @@ impl Drop for Inner {
         // A process that wrote nothing leaves an earlier backlog alone.
         let wrote = self.chunks.backend().outbox().is_some_and(|o| o.queued_here());
         if wrote || p.committed_here() {
-            let stall = self.config.remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
+            let stall = stall(&self.config);
             if let Err(e) = sync_remote(&self.chunks, p, stall) {
                 tracing::warn!(error = %e, "closing with uploads pending; they resume when the store is next opened");
             }
@@ -102,8 +102,11 @@ impl Drop for Inner {
     }
 }
 
-/// How long uploads may make no progress before a sync gives up.
-const DEFAULT_STALL: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long uploads may make no progress before a sync gives up (see
+/// [`crate::remote::Remote::stall`]).
+fn stall(config: &StoreConfig) -> std::time::Duration {
+    config.remote.as_ref().map_or(crate::remote::DEFAULT_READ_DEADLINE, |r| r.stall())
+}
 
 fn sync_remote(
     chunks: &ChunkStore,
@@ -513,7 +516,7 @@ impl Store {
     /// only queued on local disk); a no-op for local stores.
     pub(crate) fn uploaded_so_far(&self) -> Result<()> {
         let Some(o) = self.chunks().backend().outbox() else { return Ok(()) };
-        let stall = self.config().remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
+        let stall = stall(self.config());
         o.drain(stall)
     }
 
@@ -523,7 +526,7 @@ impl Store {
     /// remote's read deadline. A no-op for local stores.
     pub fn sync_remote(&self) -> Result<()> {
         let Some(p) = &self.inner.publisher else { return Ok(()) };
-        let stall = self.config().remote.as_ref().map_or(DEFAULT_STALL, |r| r.stall());
+        let stall = stall(self.config());
         sync_remote(self.chunks(), p, stall)
     }
 

@@ -192,6 +192,15 @@ fn one_writer_per_volume_across_hosts_and_takeover_after_expiry() {
     assert_eq!(check["problems"].as_array().map(|p| p.len()), Some(0), "{check}");
 }
 
+/// A scratch directory holding an empty `file://` bucket, and its URL.
+fn file_bucket() -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir(&bucket).unwrap();
+    let url = format!("file://{}", bucket.display());
+    (dir, bucket, url)
+}
+
 /// Files under `dir`, recursively.
 fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
@@ -217,11 +226,8 @@ fn damage(p: &Path) {
 /// refetched, and never served when the bucket cannot supply it either.
 #[test]
 fn the_disk_cache_serves_repeat_reads_and_never_a_damaged_entry() {
-    let dir = tempfile::tempdir().unwrap();
-    let bucket = dir.path().join("bucket");
-    std::fs::create_dir(&bucket).unwrap();
+    let (dir, bucket, url) = file_bucket();
     let store = dir.path().join("host");
-    let url = format!("file://{}", bucket.display());
     ok(&store, &["init", "--remote", &url, "--cache-size", "64MiB"]);
     let img = dir.path().join("disk.img");
     let data = random(6 << 20, 21);
@@ -284,10 +290,7 @@ fn the_disk_cache_serves_repeat_reads_and_never_a_damaged_entry() {
 #[test]
 fn sync_puts_what_a_mount_wrote_in_the_bucket() {
     use common::mount::Mounted;
-    let dir = tempfile::tempdir().unwrap();
-    let bucket = dir.path().join("bucket");
-    std::fs::create_dir(&bucket).unwrap();
-    let url = format!("file://{}", bucket.display());
+    let (dir, _bucket, url) = file_bucket();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     ok(&a, &["init", "--remote", &url]);
     let m = Mounted::new(&a, "ws", &["--checkpoint-every", "0"]);
@@ -313,10 +316,7 @@ fn sync_puts_what_a_mount_wrote_in_the_bucket() {
 /// and its id is never handed out twice.
 #[test]
 fn an_interrupted_volume_creation_is_skipped_and_its_id_not_reused() {
-    let dir = tempfile::tempdir().unwrap();
-    let bucket = dir.path().join("bucket");
-    std::fs::create_dir(&bucket).unwrap();
-    let url = format!("file://{}", bucket.display());
+    let (dir, bucket, url) = file_bucket();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     ok(&a, &["init", "--remote", &url]);
     ok(&a, &["volume", "create", "d", "--block", "--size", "1M"]);

@@ -39,10 +39,8 @@ use std::time::Duration;
 /// How long a lease lasts without renewal (`FORKFS_LEASE_TTL`, e.g. `2s`
 /// in tests).
 pub fn default_term() -> Duration {
-    std::env::var("FORKFS_LEASE_TTL")
-        .ok()
-        .and_then(|s| humantime::parse_duration(&s).ok())
-        .unwrap_or(Duration::from_secs(30))
+    let default = Duration::from_secs(30);
+    crate::settings::env_override("FORKFS_LEASE_TTL", humantime::parse_duration, default)
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -38,6 +38,7 @@ pub mod remote;
 pub mod repair;
 pub mod retention;
 pub mod rollback;
+pub mod settings;
 pub mod stats;
 pub mod store;
 pub mod version;

@@ -39,10 +39,11 @@ pub struct Fetched {
 
 impl ReadAhead {
     pub fn from_env() -> ReadAhead {
-        let window = std::env::var("FORKFS_READAHEAD")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(DEFAULT_WINDOW);
+        let window = crate::settings::env_override(
+            "FORKFS_READAHEAD",
+            crate::settings::parse_size,
+            DEFAULT_WINDOW,
+        );
         ReadAhead {
             window,
             streams: Mutex::new(VecDeque::new()),

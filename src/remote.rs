@@ -9,6 +9,7 @@
 //! as each builder's `from_env` reads them).
 
 use crate::error::{Error, Result};
+use crate::settings::{env_override, parse_size};
 use object_store::ObjectStore;
 use object_store::prefix::PrefixStore;
 use serde::{Deserialize, Serialize};
@@ -66,24 +67,7 @@ impl Remote {
     /// The pending-bytes limit in force for this process.
     pub fn pending_limit(&self) -> u64 {
         let configured = self.pending_limit.unwrap_or(DEFAULT_PENDING_LIMIT);
-        env_override("FORKFS_PENDING_LIMIT", |s| parse_size::parse_size(s), configured)
-    }
-}
-
-/// `configured`, unless the environment variable `name` holds a value
-/// `parse` accepts (one that it does not is ignored, with a warning).
-fn env_override<T, E: std::fmt::Display>(
-    name: &str,
-    parse: impl Fn(&str) -> std::result::Result<T, E>,
-    configured: T,
-) -> T {
-    let Ok(raw) = std::env::var(name) else { return configured };
-    match parse(&raw) {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::warn!(error = %e, "{name} is not valid; ignored");
-            configured
-        }
+        env_override("FORKFS_PENDING_LIMIT", parse_size, configured)
     }
 }
 

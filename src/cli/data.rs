@@ -196,14 +196,18 @@ fn import_dir(head: &Head, dir: u64, src: &Path, copied: &mut u64) -> anyhow::Re
             *copied += off;
             i
         } else {
-            // Device numbers come along (Linux's rdev fits 32 bits).
+            // Device numbers come along; one that does not fit the
+            // inode record's 32 bits is refused, not truncated.
+            let rdev = u32::try_from(m.rdev()).map_err(|_| {
+                forkfs::Error::invalid(format!("{}: device number too large", path.display()))
+            })?;
             let node = forkfs::volume::fsops::NewNode {
                 kind: special_kind(&m),
                 perm,
                 uid: owner.0,
                 gid: owner.1,
                 target: None,
-                rdev: m.rdev() as u32,
+                rdev,
             };
             head.make(dir, &name, &node)?
         };

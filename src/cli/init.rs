@@ -60,7 +60,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             endpoint: a.endpoint,
             allow_http: a.allow_http,
             region: a.region,
-            read_deadline_ms: a.read_deadline.map(|d| d.as_millis() as u64),
+            // Rounded up: a sub-millisecond deadline must not become 0 (none).
+            read_deadline_ms: a.read_deadline.map(|d| d.as_nanos().div_ceil(1_000_000) as u64),
             pending_limit,
         }),
         ..StoreConfig::default()

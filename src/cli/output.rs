@@ -31,12 +31,9 @@ pub fn age(ms: u64) -> String {
     }
 }
 
-/// Parses sizes like 64G, 512MiB, 1T, 4096.
+/// Parses sizes like 64G, 512MiB, 1T, 4096 (the library's reading).
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    parse_size::Config::new()
-        .with_binary()
-        .parse_size(s)
-        .map_err(|e| forkfs::Error::invalid(format!("bad size {s:?}: {e}")).into())
+    Ok(forkfs::settings::parse_size(s)?)
 }
 
 /// A progress bar on a terminal, nothing otherwise.

@@ -50,11 +50,9 @@ impl Store {
         // Volumes created by other hosts since.
         let known: HashSet<VolumeId> = self.volumes()?.into_iter().map(|v| v.id).collect();
         let mut next_id: u64 = self.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
-        // Each volume's head, for the line of versions its log follows.
+        // Each volume's head, for the line of versions its log follows
+        // (known volumes' are read below, only if new versions arrive).
         let mut heads: Vec<(VolumeId, HeadRecord)> = Vec::new();
-        for id in &known {
-            heads.push((*id, self.head_record(*id)?));
-        }
         for o in backend.list(paths::VOLUMES)? {
             let rec: VolumeRecord = serde_json::from_slice(&backend.get(&o.location)?)
                 .map_err(|e| Error::corrupt(format!("{}: {e}", o.location)))?;
@@ -108,6 +106,9 @@ impl Store {
         for v in &fresh {
             let l = lowest.entry(v.volume).or_insert(v.seq);
             *l = (*l).min(v.seq);
+        }
+        for id in known.iter().filter(|id| lowest.contains_key(id)) {
+            heads.push((*id, self.head_record(*id)?));
         }
         let mut line = HashSet::new();
         for (vol, h) in &heads {

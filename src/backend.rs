@@ -194,6 +194,24 @@ impl Backend {
         })
     }
 
+    /// [`Backend::put_conditional`], where a conflict may be our own
+    /// earlier attempt whose answer was lost and which the client retried:
+    /// if the object now holds exactly `data`, the put did happen.
+    pub fn put_or_same(
+        &self,
+        key: &Path,
+        data: Bytes,
+        expected: Option<UpdateVersion>,
+    ) -> Result<UpdateVersion> {
+        match self.put_conditional(key, data.clone(), expected) {
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => match self.get_versioned(key)? {
+                Some((raw, v)) if raw == data => Ok(v),
+                _ => Err(e),
+            },
+            r => r,
+        }
+    }
+
     /// Whether objects live in a local directory (the embedded store or a
     /// `file://` remote), where conditional updates are not available.
     pub fn is_local(&self) -> bool {

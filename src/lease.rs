@@ -140,22 +140,8 @@ impl Lease {
     /// conflict means another host took it (the lease is lost from then on).
     pub fn confirm(&self) -> Result<()> {
         self.check()?;
-        let s = &self.shared;
-        let mut state = s.state.lock();
-        let mut rec = state.0.clone();
-        rec.expires_ms = now_ms() + s.term.as_millis() as u64;
-        match put_or_confirm(&s.backend, &s.key, &rec, Some(state.1.clone())) {
-            Ok(v) => {
-                *state = (rec, v);
-                Ok(())
-            }
-            Err(e) if e.kind() == crate::ErrorKind::Conflict => {
-                s.lost.store(true, Ordering::SeqCst);
-                drop(state);
-                self.check()
-            }
-            Err(e) => Err(e),
-        }
+        renew(&self.shared)?;
+        Ok(())
     }
 
     /// Fails once another host has taken the lease.
@@ -170,25 +156,35 @@ impl Lease {
     }
 }
 
-/// A conditional put of `rec`. A conflict may be our own earlier attempt
-/// whose answer was lost and which the client retried: if the object now
-/// holds exactly `rec`, the put did happen.
+/// A conditional put of `rec` (see [`Backend::put_or_same`]).
 fn put_or_confirm(
     backend: &Backend,
     key: &object_store::path::Path,
     rec: &LeaseRecord,
     expected: Option<UpdateVersion>,
 ) -> Result<UpdateVersion> {
-    match backend.put_conditional(key, encode(rec)?, expected) {
-        Err(e) if e.kind() == crate::ErrorKind::Conflict => match backend.get_versioned(key)? {
-            Some((raw, v))
-                if serde_json::from_slice::<LeaseRecord>(&raw).ok().as_ref() == Some(rec) =>
-            {
-                Ok(v)
+    backend.put_or_same(key, encode(rec)?, expected)
+}
+
+/// Extends the lease by a term, naming the version this host last wrote:
+/// a conflict means another host took it, and marks it lost. The state
+/// lock is held across the put, so the loop and a `confirm` never race
+/// with the same version (the loser would read a conflict).
+fn renew(s: &Shared) -> Result<()> {
+    let mut state = s.state.lock();
+    let mut rec = state.0.clone();
+    rec.expires_ms = now_ms() + s.term.as_millis() as u64;
+    match put_or_confirm(&s.backend, &s.key, &rec, Some(state.1.clone())) {
+        Ok(v) => {
+            *state = (rec, v);
+            Ok(())
+        }
+        Err(e) => {
+            if e.kind() == crate::ErrorKind::Conflict {
+                s.lost.store(true, Ordering::SeqCst);
             }
-            _ => Err(e),
-        },
-        r => r,
+            Err(e)
+        }
     }
 }
 
@@ -211,18 +207,11 @@ fn renew_loop(s: &Shared) {
                 return;
             }
         }
-        // Held across the put: a `confirm` must not race it with the same
-        // version (the loser would read a conflict and drop the lease).
-        let mut state = s.state.lock();
-        let mut rec = state.0.clone();
-        rec.expires_ms = now_ms() + s.term.as_millis() as u64;
-        let res = put_or_confirm(&s.backend, &s.key, &rec, Some(state.1.clone()));
-        match res {
-            Ok(v) => *state = (rec, v),
+        match renew(s) {
+            Ok(()) => {}
             // Another host took it: this one stops writing the volume.
             Err(e) if e.kind() == crate::ErrorKind::Conflict => {
                 tracing::error!(volume = %s.volume, error = %e, "lease lost to another host");
-                s.lost.store(true, Ordering::SeqCst);
                 return;
             }
             // The object store is out of reach: writes go on to local disk
@@ -230,7 +219,7 @@ fn renew_loop(s: &Shared) {
             // host last wrote succeeds only if no host took the lease
             // meanwhile; if one did, the next attempt is a conflict.
             Err(e) => {
-                let expired = state.0.expires_ms <= now_ms();
+                let expired = s.state.lock().0.expires_ms <= now_ms();
                 tracing::error!(volume = %s.volume, error = %e, expired, "lease renewal failed; retrying");
             }
         }

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Uploads at once.
@@ -89,6 +90,9 @@ struct Shared {
     store: Arc<dyn ObjectStore>,
     rt: tokio::runtime::Handle,
     limit: u64,
+    /// `state.pending_bytes`, readable without the lock: writers check it
+    /// on every write and lock only when over the limit.
+    pending: AtomicU64,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -167,6 +171,7 @@ impl Outbox {
             store,
             rt,
             limit: limit.max(1),
+            pending: AtomicU64::new(state.pending_bytes),
             state: Mutex::new(state),
             changed: Condvar::new(),
         });
@@ -207,6 +212,7 @@ impl Outbox {
                 queued: Instant::now(),
             };
             st.pending_bytes += entry.len;
+            s.pending.store(st.pending_bytes, Ordering::Relaxed);
             st.entries.insert(seq, entry);
             seq
         };
@@ -221,6 +227,7 @@ impl Outbox {
             Err(e) => {
                 if let Some(gone) = st.entries.remove(&seq) {
                     st.pending_bytes -= gone.len;
+                    s.pending.store(st.pending_bytes, Ordering::Relaxed);
                 }
                 s.changed.notify_all();
                 return Err(e);
@@ -319,6 +326,7 @@ impl Outbox {
             }
             let e = st.entries.remove(&seq).expect("found above");
             st.pending_bytes -= e.len;
+            s.pending.store(st.pending_bytes, Ordering::Relaxed);
             let _ = std::fs::remove_file(&e.file);
             s.changed.notify_all();
         }
@@ -389,6 +397,9 @@ impl Outbox {
     /// checkpoint folds what writers wrote before it was reached.
     pub fn wait_for_room(&self) {
         let s = &self.shared;
+        if s.pending.load(Ordering::Relaxed) <= s.limit {
+            return;
+        }
         let mut st = s.state.lock();
         while st.pending_bytes > s.limit && !st.stop {
             if !st.behind {
@@ -401,10 +412,6 @@ impl Outbox {
                 st.behind = true;
             }
             s.changed.wait(&mut st);
-        }
-        if st.behind {
-            tracing::info!(pending = st.pending_bytes, "uploads caught up: writers go on");
-            st.behind = false;
         }
     }
 
@@ -498,17 +505,23 @@ fn worker(s: &Shared) {
             Ok(_) => {
                 if let Some(e) = st.entries.remove(&seq) {
                     st.pending_bytes -= e.len;
+                    s.pending.store(st.pending_bytes, Ordering::Relaxed);
                     let _ = std::fs::remove_file(&e.file);
                 }
                 st.failures = 0;
                 st.last_error = None;
                 st.completed += 1;
+                if st.behind && st.pending_bytes <= s.limit {
+                    tracing::info!(pending = st.pending_bytes, "uploads caught up: writers go on");
+                    st.behind = false;
+                }
             }
             // Its file is gone (removed by hand): nothing left to upload.
             Err(e) if e.kind() == ErrorKind::NotFound && !file.exists() => {
                 tracing::error!(key = %key, "a queued object's file is missing; dropped from the queue");
                 if let Some(gone) = st.entries.remove(&seq) {
                     st.pending_bytes -= gone.len;
+                    s.pending.store(st.pending_bytes, Ordering::Relaxed);
                 }
             }
             Err(e) => {

@@ -193,11 +193,6 @@ impl Publisher {
         self.diverged.lock().remove(&vol);
     }
 
-    pub fn forget(&self, vol: VolumeId) {
-        self.etags.lock().remove(&vol);
-        self.diverged.lock().remove(&vol);
-    }
-
     /// Volumes whose head another host advanced meanwhile.
     pub fn diverged(&self) -> Vec<VolumeId> {
         self.diverged.lock().iter().copied().collect()
@@ -296,10 +291,6 @@ impl Publisher {
                 return Ok(Done::Diverged);
             }
             return Err(e);
-        }
-        // Deleted meanwhile: nothing to publish.
-        if self.index.get_meta(&keys::head(vol.id))?.is_none() {
-            return Ok(Done::Published);
         }
         match self.publish_one(vol, local, published)? {
             Outcome::Published => {

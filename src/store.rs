@@ -414,19 +414,13 @@ impl Store {
         } else {
             // Hosts number volumes from what they have seen: never take an
             // id another host took meanwhile.
-            let key = paths::volume(rec.id);
-            match backend.put_conditional(&key, obj.clone(), None) {
-                Ok(_) => {}
-                // Our own put, retried after its answer was lost?
-                Err(e) if e.kind() == ErrorKind::Conflict => {
-                    if backend.get(&key)? != obj {
-                        return Err(Error::conflict(
-                            "another host created a volume at the same moment; try again",
-                        ));
-                    }
+            backend.put_or_same(&paths::volume(rec.id), obj, None).map_err(|e| {
+                if e.kind() == ErrorKind::Conflict {
+                    Error::conflict("another host created a volume at the same moment; try again")
+                } else {
+                    e
                 }
-                Err(e) => return Err(e),
-            }
+            })?;
         }
         // The head object is the creation's commit point (see attach.rs),
         // put at once: until it is, other hosts do not see the volume, and
@@ -439,21 +433,16 @@ impl Store {
             None => self.chunks().backend().put(&key, obj)?,
             Some(p) => {
                 self.uploaded_so_far()?;
-                let v = match backend.put_conditional(&key, obj.clone(), None) {
-                    Ok(v) => v,
-                    Err(e) if e.kind() == ErrorKind::Conflict => {
-                        match backend.get_versioned(&key)? {
-                            Some((raw, v)) if raw == obj => v, // our own put, retried
-                            _ => {
-                                return Err(Error::conflict(format!(
-                                    "volume id {} was taken by another host; try again",
-                                    rec.id.0
-                                )));
-                            }
-                        }
+                let v = backend.put_or_same(&key, obj, None).map_err(|e| {
+                    if e.kind() == ErrorKind::Conflict {
+                        Error::conflict(format!(
+                            "volume id {} was taken by another host; try again",
+                            rec.id.0
+                        ))
+                    } else {
+                        e
                     }
-                    Err(e) => return Err(e),
-                };
+                })?;
                 p.saw(rec.id, Some(v));
                 p.set_published(&mut b, rec.id, &head);
             }
@@ -596,7 +585,7 @@ impl Store {
         backend.delete(&paths::head(rec.id))?;
         backend.delete(&paths::volume(rec.id))?;
         if let Some(p) = self.publisher() {
-            p.forget(rec.id);
+            p.saw(rec.id, None);
         }
         head.mark_deleted();
         self.datalog().drop_below(rec.id, u64::MAX)

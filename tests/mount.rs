@@ -180,7 +180,7 @@ fn cargo_builds_and_runs_a_crate_inside_the_mount() {
     assert_eq!(run(&mut Command::new(&exe)), "edited\n");
 }
 
-/// The (change, path, from) lines of `forkfs diff`.
+/// (change, path, from) triples, the shape `forkfs diff` lines are compared in.
 fn set(items: &[(&str, &str, &str)]) -> BTreeSet<(String, String, String)> {
     items.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())).collect()
 }

@@ -271,10 +271,12 @@ fn the_disk_cache_serves_repeat_reads_and_never_a_damaged_entry() {
 
     // A damaged cache entry with a damaged bucket: an error, not garbage.
     damage(&cached[0]);
+    let damaged = std::fs::read(&cached[0]).unwrap();
     let (o, _) = export(3);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "a damaged entry must not be served");
     assert!(err.contains("checksum"), "{err}");
+    assert!(!cached[0].exists(), "the damaged entry was kept");
     // With the bucket intact again, the chunk is fetched and cached afresh.
     for (p, b) in packs.iter().zip(&pristine) {
         std::fs::write(p, b).unwrap();
@@ -282,6 +284,8 @@ fn the_disk_cache_serves_repeat_reads_and_never_a_damaged_entry() {
     let (o, out) = export(4);
     assert!(o.status.success() && std::fs::read(&out).unwrap() == data, "refetched");
     assert_eq!(files_under(&cache).len(), cached.len(), "the entry is cached again");
+    let again = std::fs::read(&cached[0]).expect("the refetched entry is cached");
+    assert!(again != damaged, "the cached entry is still the damaged one");
 }
 
 /// `forkfs sync` while a workspace on a remote store is mounted: what was

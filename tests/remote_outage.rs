@@ -41,7 +41,7 @@ fn writes_go_on_locally_while_the_bucket_is_unreachable_and_upload_after() {
 
     down.store(true, Ordering::SeqCst);
     // A failing assertion must not leave the writer blocked for good.
-    let _up = Up(down.clone());
+    let _up = common::proxy::Up(down.clone());
     let path = m.dir().to_path_buf();
     let done = Arc::new(AtomicU64::new(0));
     let progress = done.clone();
@@ -110,93 +110,6 @@ fn writes_go_on_locally_while_the_bucket_is_unreachable_and_upload_after() {
     }
     let log = json(&b, &["log", "ws"]);
     assert!(log.to_string().contains(&version), "the head's version is in the history: {log}");
-}
-
-/// The safety half of an outage: host A, cut off from the bucket, goes on
-/// committing locally while its lease runs out; host B takes the volume
-/// over (it has not written yet, so the head object is still the one A
-/// last published). When the bucket is back, A must not publish: its lease
-/// is gone, though a conditional put naming the head's version would still
-/// succeed. A reports the volume diverged and keeps its version locally; B
-/// writes and publishes as the single writer; a third host sees B's files,
-/// never A's late one.
-#[test]
-fn a_host_that_lost_its_lease_in_an_outage_never_publishes_over_the_new_writer() {
-    // Short leases, for every forkfs this test starts (nextest runs each
-    // test in its own process).
-    unsafe { std::env::set_var("FORKFS_LEASE_TTL", "2s") };
-    let s3 = S3::start("takeover");
-    let down = Arc::new(AtomicBool::new(false));
-    let via = common::proxy::switchable(s3.port, down.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
-    let init = |store: &std::path::Path, port: u16| {
-        let endpoint = format!("http://127.0.0.1:{port}");
-        let args = ["init", "--remote", "s3://takeover/s", "--endpoint", &endpoint];
-        let mut args = args.to_vec();
-        args.extend_from_slice(&["--allow-http", "--read-deadline", "2s"]);
-        ok(store, &args);
-    };
-    init(&a, via);
-    let ma = Mounted::new(&a, "ws", &["--checkpoint-every", "1s"]);
-    std::fs::write(ma.path("shared"), b"before the outage").unwrap();
-    ok(&a, &["sync"]);
-
-    down.store(true, Ordering::SeqCst);
-    let _up = Up(down.clone());
-    std::fs::write(ma.path("mine"), b"written by A while cut off").unwrap();
-    let t0 = Instant::now();
-    while json(&a, &["status"])["upload"]["heads_pending"] != serde_json::json!(["ws"]) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "A committed nothing locally");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    std::thread::sleep(Duration::from_secs(3)); // A's lease expires
-
-    init(&b, s3.port);
-    let mb = Mounted::new(&b, "ws", &[]);
-    assert!(mb.path("shared").exists());
-    assert!(!mb.path("mine").exists(), "B started from a head A never published");
-
-    down.store(false, Ordering::SeqCst);
-    let t0 = Instant::now();
-    loop {
-        let st = json(&a, &["status"]);
-        if st["upload"]["diverged"] == serde_json::json!(["ws"]) {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(90), "A never saw it lost the volume: {st}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    std::fs::write(mb.path("theirs"), b"written by B").unwrap();
-    let synced = json(&b, &["sync"]);
-    let version = synced[0]["version"].as_str().expect("B's sync names a version").to_string();
-    let st = json(&b, &["status"]);
-    assert_eq!(st["upload"]["diverged"], serde_json::json!([]), "{st}");
-    assert_eq!(st["upload"]["heads_pending"], serde_json::json!([]), "{st}");
-    // A keeps its late version in its own history.
-    assert!(json(&a, &["log", "ws"]).as_array().unwrap().len() >= 2);
-
-    init(&c, s3.port);
-    let out = dir.path().join("out");
-    // The head object names B's version (C reads that version: B still
-    // holds the volume's lease).
-    let log = ok(&c, &["log", "ws"]);
-    let head = log.lines().find(|l| l.contains("HEAD")).unwrap_or_default();
-    assert!(head.starts_with(&version[..12]), "the head is not B's {version}:\n{log}");
-    ok(&c, &["export", &format!("ws@{version}"), out.to_str().unwrap()]);
-    assert_eq!(std::fs::read(out.join("theirs")).unwrap(), b"written by B");
-    assert_eq!(std::fs::read(out.join("shared")).unwrap(), b"before the outage");
-    assert!(!out.join("mine").exists(), "A's version became the head after B took over");
-    mb.unmount();
-    drop(ma);
-}
-
-/// Brings the store back when dropped.
-struct Up(Arc<AtomicBool>);
-impl Drop for Up {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
 }
 
 struct Defer<F: FnMut()>(F);

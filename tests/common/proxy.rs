@@ -66,3 +66,13 @@ pub fn switchable(upstream: u16, down: Arc<AtomicBool>) -> u16 {
     });
     port
 }
+
+/// Brings a `switchable` proxy's store back when dropped (a failing
+/// assertion must not leave a writer blocked for good).
+pub struct Up(pub Arc<AtomicBool>);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}

@@ -102,13 +102,27 @@ impl Posix {
     }
 }
 
+/// Where an error came from, typed, for the callers that must tell apart
+/// errors of one kind (never found by reading a message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Detail {
+    /// The POSIX condition behind a namespace error of an fs volume.
+    Posix(Posix),
+    /// The store is open in another process (its directory lock is held).
+    StoreInUse,
+    /// A call to the local file system failed: its kind and errno.
+    Io { kind: std::io::ErrorKind, errno: Option<i32> },
+    /// The index database (RocksDB) returned this status.
+    Db(rocksdb::ErrorKind),
+}
+
 /// The error type of the core library: a kind plus a message and its cause.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Error {
     kind: ErrorKind,
-    /// The POSIX condition behind a namespace error of an fs volume.
-    posix: Option<Posix>,
+    detail: Option<Detail>,
     message: String,
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
@@ -116,17 +130,41 @@ pub struct Error {
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, posix: None, message: message.into(), source: None }
+        Error { kind, detail: None, message: message.into(), source: None }
     }
 
     /// A namespace error of an fs volume: the front-end maps `posix` to its errno.
     pub fn posix(posix: Posix, message: impl Into<String>) -> Self {
-        Error { kind: posix.kind(), posix: Some(posix), message: message.into(), source: None }
+        Error::new(posix.kind(), message).with_detail(Detail::Posix(posix))
+    }
+
+    /// The store at a directory is open in another process.
+    pub fn store_in_use(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Conflict, message).with_detail(Detail::StoreInUse)
+    }
+
+    fn with_detail(mut self, detail: Detail) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+
+    /// Where the error came from, when that is known and typed.
+    pub fn detail(&self) -> Option<&Detail> {
+        self.detail.as_ref()
     }
 
     /// The POSIX condition, for errors of fs volume operations.
     pub fn posix_condition(&self) -> Option<Posix> {
-        self.posix
+        match self.detail {
+            Some(Detail::Posix(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// True when the store is open in another process (whose control
+    /// socket can then run the request).
+    pub fn is_store_in_use(&self) -> bool {
+        self.detail == Some(Detail::StoreInUse)
     }
 
     pub fn with_source(
@@ -134,7 +172,13 @@ impl Error {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Error { kind, posix: None, message: message.into(), source: Some(Box::new(source)) }
+        Error { kind, detail: None, message: message.into(), source: Some(Box::new(source)) }
+    }
+
+    /// The same error, its message prefixed with `context`.
+    pub fn context(mut self, context: impl std::fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
     }
 
     pub fn kind(&self) -> ErrorKind {
@@ -171,7 +215,8 @@ impl From<rocksdb::Error> for Error {
             rocksdb::ErrorKind::InvalidArgument => ErrorKind::InvalidInput,
             _ => ErrorKind::Unavailable,
         };
-        Error::with_source(kind, format!("index database: {e}"), e)
+        let detail = Detail::Db(e.kind());
+        Error::with_source(kind, format!("index database: {e}"), e).with_detail(detail)
     }
 }
 
@@ -195,15 +240,104 @@ impl From<std::io::Error> for Error {
             std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
                 ErrorKind::InvalidInput
             }
-            std::io::ErrorKind::StorageFull => ErrorKind::NoSpace,
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                ErrorKind::NoSpace
+            }
+            std::io::ErrorKind::ReadOnlyFilesystem => ErrorKind::ReadOnly,
             _ => ErrorKind::Unavailable,
         };
-        Error::with_source(kind, format!("I/O: {e}"), e)
+        let detail = Detail::Io { kind: e.kind(), errno: e.raw_os_error() };
+        Error::with_source(kind, format!("I/O: {e}"), e).with_detail(detail)
     }
 }
 
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Error::with_source(ErrorKind::Corrupt, format!("record decoding: {e}"), e)
+    }
+}
+
+/// The exit code of a command that failed with `e`: the kind of the first
+/// forkfs error (or I/O error) in its chain of causes (see
+/// [`ErrorKind::exit_code`]), else 1. Every forkfs binary exits by this.
+pub fn exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(fe) = c.downcast_ref::<Error>() {
+            return fe.kind().exit_code();
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return Error::from(std::io::Error::from(io.kind())).kind().exit_code();
+        }
+        cause = c.source();
+    }
+    1
+}
+
+/// An error and its causes on one line (`outer: inner: ...`), each cause
+/// once: how every forkfs command reports a failure.
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !s.contains(&c_text) {
+            s = format!("{s}: {c_text}");
+        }
+        cause = c.source();
+    }
+    s.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_keep_their_kind_and_errno() {
+        let e: Error = std::io::Error::from_raw_os_error(libc::ENOSPC).into();
+        assert_eq!(e.kind(), ErrorKind::NoSpace);
+        assert_eq!(
+            e.detail(),
+            Some(&Detail::Io { kind: std::io::ErrorKind::StorageFull, errno: Some(libc::ENOSPC) })
+        );
+        let e: Error = std::io::Error::from_raw_os_error(libc::EIO).into();
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        let e: Error = std::io::Error::from_raw_os_error(libc::EROFS).into();
+        assert_eq!(e.kind(), ErrorKind::ReadOnly);
+    }
+
+    #[test]
+    fn in_use_is_a_typed_conflict() {
+        let e = Error::store_in_use("held");
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        assert!(e.is_store_in_use());
+        assert!(!Error::conflict("exists").is_store_in_use());
+    }
+
+    #[test]
+    fn exit_codes_come_from_the_first_known_cause() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped")]
+        struct Wrapper(#[source] Error);
+        let e = Wrapper(Error::not_found("no volume"));
+        assert_eq!(exit_code(&e), 66);
+        assert_eq!(exit_code(&Error::store_in_use("held")), 75);
+        let io = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        assert_eq!(exit_code(&io), 73);
+        assert_eq!(exit_code(&std::fmt::Error), 1);
+    }
+
+    #[test]
+    fn one_line_names_each_cause_once() {
+        let inner = std::io::Error::other("disk on fire");
+        let e = Error::with_source(ErrorKind::Unavailable, "writing pack", inner);
+        assert_eq!(one_line(&e), "writing pack: disk on fire");
+        let e = Error::with_source(
+            ErrorKind::Unavailable,
+            "I/O: disk on fire",
+            std::io::Error::other("disk on fire"),
+        );
+        assert_eq!(one_line(&e), "I/O: disk on fire");
     }
 }

@@ -1,55 +1,73 @@
 //! forkfs core: one copy-on-write, content-addressed chunk store and one
 //! version graph, under a FUSE workspace and an NBD server.
 //!
-//! Layers, each using only those below it (see docs/ARCHITECTURE.md):
-//! - [`store`], [`graph`], [`diff`]: volumes, versions, snapshot/fork/restore/diff
-//! - [`volume`]: heads (base root + overlay), the block and inode APIs
-//! - [`map`]: the persistent Merkle map
-//! - [`chunk`], [`pack`], [`index`]: content-addressed chunks in packs, indexed in RocksDB
-//! - [`backend`]: object stores through `object_store`
+//! The layers, each using only those below it (docs/ARCHITECTURE.md walks
+//! them; `scripts/check-layers` enforces the order):
 //!
-//! This crate knows nothing of FUSE or NBD.
+//! | layer | owns |
+//! |---|---|
+//! | [`service`] | the control socket: requests to the process holding a store |
+//! | `maint` | check, repair, gc, stats: the commands `forkfs-fsck` drives |
+//! | `store` | [`Store`]: directory, configuration, lock; a handle over the services |
+//! | `graph` | [`Volumes`] and the version [`Graph`]: snapshot, fork, restore, diff, retention |
+//! | `sync` | many hosts on one bucket: leases, head publishing, imports |
+//! | `head` | live heads ([`BlockHead`], [`FsHead`]): overlay, data log, fold |
+//! | `records` | volume, head, version and rollback records and their keys |
+//! | `map` | the persistent Merkle map |
+//! | `cas` | chunks: blake3 ids, zstd, packs, the chunk index, caches |
+//! | `db`, `objects` | the local RocksDB; object stores through `object_store` |
+//! | `error`, `id`, `clock`, `config`, `progress` | the foundation |
+//!
+//! This crate knows nothing of FUSE or NBD. What front-ends use is
+//! re-exported here; everything else stays inside.
 
-pub mod attach;
-pub mod backend;
-pub mod check;
-pub mod chunk;
-pub mod consistency;
-pub mod control;
-pub mod datalog;
-pub mod diff;
-pub mod diskcache;
-pub mod error;
-pub mod gc;
-pub mod graph;
-pub mod id;
-pub mod index;
-pub mod lease;
-pub mod map;
-pub mod outbox;
-pub mod overlay;
-pub mod pack;
-pub mod paths;
-pub mod progress;
-pub mod publish;
-pub mod reach;
-pub mod readahead;
-pub mod remote;
-pub mod repair;
-pub mod retention;
-pub mod rollback;
-pub mod settings;
-pub mod stats;
-pub mod store;
-pub mod version;
-pub mod volume;
+mod cas;
+mod clock;
+mod config;
+mod db;
+mod error;
+mod graph;
+mod head;
+mod id;
+mod maint;
+mod map;
+mod objects;
+mod progress;
+mod records;
+pub mod service;
+mod store;
+mod sync;
 
-pub use consistency::Consistency;
-pub use diff::{BlockRange, Diff, PathChange, PathDiff};
-pub use error::{Error, ErrorKind, Result};
-pub use graph::{SnapshotOptions, Target};
+pub use clock::now_ms;
+pub use config::{Settings, default_store_dir, parse_size};
+pub use error::{Detail, Error, ErrorKind, Posix, Result, exit_code, one_line};
+pub use graph::{
+    BlockRange, DEFAULT_FS_SIZE, Diff, Graph, PathChange, PathDiff, RestoreHook, Restored,
+    SnapshotOptions, Target, Volumes,
+};
+pub use head::{BlockHead, Frozen, FsHead, LayerStats, Opened, WeakBlockHead, is_zero};
 pub use id::{ChunkId, PackId, VersionId, VolumeId, VolumeName};
-pub use rollback::RollbackRecord;
-pub use store::{Store, StoreConfig};
-pub use version::{Origin, VersionRecord, VolumeKind, VolumeRecord};
-pub use volume::Head;
+pub use maint::{
+    CheckOptions, CheckReport, GcOptions, GcReport, RepairReport, StoreStats, VolumeStats,
+};
+pub use map::MapRoot;
+pub use objects::{OutboxStats, RemoteConfig};
+pub use progress::{Progress, Quiet};
+pub use records::{
+    Consistency, HeadRecord, Origin, Policy, RollbackRecord, VersionRecord, VolumeKind,
+    VolumeRecord,
+};
+pub use store::{CONFIG_FILE, DEFAULT_BLOCK_SIZE, Store, StoreConfig, Synced};
+pub use sync::Remote;
+
+/// The inode-level API of fs volumes: what the FUSE workspace and
+/// import/export of directory trees use.
+pub mod fs {
+    pub use crate::head::fs::inode::{
+        Content, DirEntry, FileKind, INLINE_MAX, Inode, ROOT_INO, Time,
+    };
+    pub use crate::head::fs::xattr::XattrMode;
+    pub use crate::head::fs::{
+        FsChanges, FsReader, NAME_MAX, NewNode, RenameMode, SetAttr, fs_changes, never_open,
+    };
+}

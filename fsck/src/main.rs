@@ -4,10 +4,8 @@
 mod progress;
 
 use clap::{Parser, Subcommand};
-use forkfs::Store;
-use forkfs::check::CheckReport;
-use forkfs::control::{self, Request};
-use forkfs::gc::GcReport;
+use forkfs::service::Request;
+use forkfs::{CheckOptions, CheckReport, GcOptions, GcReport, Settings, Store};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -46,12 +44,12 @@ enum Command {
         /// Show what would be reclaimed, change nothing
         #[arg(long)]
         dry_run: bool,
-        /// Leave packs written more recently than this (e.g. 0s, 10m, 1h)
-        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
-        grace: Duration,
-        /// Rewrite packs whose live bytes are below this fraction (0 disables)
-        #[arg(long, default_value_t = 0.5)]
-        compact_below: f64,
+        /// Leave packs written more recently than this (e.g. 0s, 10m, 1h) [default: 1h]
+        #[arg(long, value_parser = humantime::parse_duration)]
+        grace: Option<Duration>,
+        /// Rewrite packs whose live bytes are below this fraction (0 disables) [default: 0.5]
+        #[arg(long)]
+        compact_below: Option<f64>,
     },
     /// Thin a volume's automatic versions by logarithmically spaced retention
     Prune {
@@ -70,16 +68,18 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    let Some(dir) = cli.store.clone().or_else(default_store) else {
-        eprintln!("forkfs-fsck: no store given (use --store or FORKFS_STORE)");
-        std::process::exit(64);
-    };
+    let dir = cli.store.clone().unwrap_or_else(forkfs::default_store_dir);
     let command = cli.command.unwrap_or(Command::Check { deep: false, repair: false });
     let code = match command {
         Command::Check { deep, repair } => check(&dir, deep, repair, cli.json),
         Command::Gc { dry_run, grace, compact_below } => {
-            let opts =
-                forkfs::gc::GcOptions { dry_run, grace, compact_below, ..Default::default() };
+            let d = GcOptions::default();
+            let opts = GcOptions {
+                dry_run,
+                grace: grace.unwrap_or(d.grace),
+                compact_below: compact_below.unwrap_or(d.compact_below),
+                ..d
+            };
             gc(&dir, &opts, cli.json)
         }
         Command::Prune { volume, dry_run, keep_recent, unit_secs } => {
@@ -87,13 +87,6 @@ fn main() {
         }
     };
     std::process::exit(code)
-}
-
-fn default_store() -> Option<PathBuf> {
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
-    Some(data.join("forkfs"))
 }
 
 /// Prints a one-line error and returns the exit code for it.
@@ -109,7 +102,7 @@ fn run<T: serde::de::DeserializeOwned>(
     req: &Request,
     bar: &progress::Bar,
 ) -> Result<T, forkfs::Error> {
-    let value = control::run(dir, req, bar)?;
+    let value = forkfs::service::run(dir, &Settings::from_env(), req, bar)?;
     bar.finish();
     serde_json::from_value(value).map_err(|e| forkfs::Error::corrupt(format!("bad reply: {e}")))
 }
@@ -123,7 +116,7 @@ fn check(dir: &Path, deep: bool, repair: bool, json: bool) -> i32 {
     };
     let (repaired, report) = if repair && !first.ok() {
         // Repair rewrites the index: only with the store to itself.
-        let store = match Store::open(dir) {
+        let store = match Store::open_with(dir, &Settings::from_env()) {
             Ok(s) => s,
             Err(e) => return fail(&e),
         };
@@ -131,7 +124,7 @@ fn check(dir: &Path, deep: bool, repair: bool, json: bool) -> i32 {
             Ok(r) => r,
             Err(e) => return fail(&e),
         };
-        match store.check_with(&forkfs::check::CheckOptions { deep }, &bar) {
+        match store.check_with(&CheckOptions { deep }, &bar) {
             Ok(after) => (Some((first, rep)), after),
             Err(e) => return fail(&e),
         }
@@ -183,7 +176,7 @@ fn check(dir: &Path, deep: bool, repair: bool, json: bool) -> i32 {
     if report.ok() { 0 } else { 1 }
 }
 
-fn gc(dir: &Path, opts: &forkfs::gc::GcOptions, json: bool) -> i32 {
+fn gc(dir: &Path, opts: &GcOptions, json: bool) -> i32 {
     if !(0.0..=1.0).contains(&opts.compact_below) {
         eprintln!("forkfs-fsck: --compact-below must be between 0 and 1");
         return 64;

@@ -21,7 +21,7 @@ impl Bar {
     }
 }
 
-impl forkfs::progress::Progress for Bar {
+impl forkfs::Progress for Bar {
     fn stage(&self, name: &str, total: u64) {
         if !self.enabled {
             return;

@@ -1,12 +1,14 @@
 //! Exports: what a client attaches to. `VOL` is a block volume's live head
 //! (read-write); `VOL@VERSION` is one of its versions (read-only). All I/O
 //! is blocking core calls; sessions run them on tokio's blocking pool.
-//! Core errors become NBD errnos in exactly one place, [`errno`].
+//! Core errors become NBD errnos in exactly one place, [`errno`], and
+//! option-reply errors (an export that cannot be opened) in one, [`refusal`].
 
 use crate::persist::{End, Mode, Persistence};
-use crate::proto::Errno;
-use forkfs::volume::block::{allocated_in_version_range, read_version};
-use forkfs::{ErrorKind, Head, SnapshotOptions, Store, Target, VersionRecord, VolumeKind};
+use crate::proto::{Errno, OptionReplyType};
+use forkfs::{
+    BlockHead, ErrorKind, Opened, SnapshotOptions, Store, Target, VersionRecord, VolumeKind,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,6 +23,23 @@ pub fn errno(e: &forkfs::Error) -> Errno {
         ErrorKind::ReadOnly => Errno::Perm,
         ErrorKind::NotFound | ErrorKind::Corrupt | ErrorKind::Unavailable | ErrorKind::Conflict => {
             Errno::Io
+        }
+    }
+}
+
+/// The one mapping from core error kinds to the option reply that refuses
+/// an export during negotiation: a missing export is unknown, a malformed
+/// name invalid, one another writer holds (or that is read-only where
+/// writing was asked) refused by policy; any other failure (storage
+/// unavailable or damaged) is the spec's "export not available". The
+/// message says which.
+pub fn refusal(e: &forkfs::Error) -> OptionReplyType {
+    match e.kind() {
+        ErrorKind::NotFound => OptionReplyType::ErrUnknown,
+        ErrorKind::InvalidInput => OptionReplyType::ErrInvalid,
+        ErrorKind::Conflict | ErrorKind::ReadOnly => OptionReplyType::ErrPolicy,
+        ErrorKind::Unavailable | ErrorKind::Corrupt | ErrorKind::NoSpace => {
+            OptionReplyType::ErrUnknown
         }
     }
 }
@@ -44,11 +63,6 @@ impl Counters {
     }
 }
 
-enum Backing {
-    Live(Arc<Head>),
-    Version(VersionRecord),
-}
-
 pub struct Export {
     pub name: String,
     pub description: String,
@@ -56,7 +70,9 @@ pub struct Export {
     pub block_size: u32,
     pub read_only: bool,
     store: Store,
-    backing: Backing,
+    /// What the export names (the head, or the version).
+    target: Target,
+    backing: Opened<BlockHead>,
     pub counters: Counters,
     /// When the version graph last advanced (flush mode checkpoints).
     last_checkpoint: Mutex<Instant>,
@@ -69,22 +85,14 @@ pub struct Export {
 impl Export {
     pub fn read(&self, offset: u64, len: u32) -> forkfs::Result<Vec<u8>> {
         let mut buf = vec![0u8; len as usize];
-        match &self.backing {
-            Backing::Live(h) => h.read_at(offset, &mut buf)?,
-            Backing::Version(v) => read_version(&self.store, v, offset, &mut buf)?,
-        }
+        self.backing.read_at(offset, &mut buf)?;
         Counters::add(&self.counters.reads, 1);
         Counters::add(&self.counters.bytes_read, len as u64);
         Ok(buf)
     }
 
-    fn head(&self) -> forkfs::Result<&Arc<Head>> {
-        match &self.backing {
-            Backing::Live(h) => Ok(h),
-            Backing::Version(_) => {
-                Err(forkfs::Error::read_only("this export is a read-only version"))
-            }
-        }
+    fn head(&self) -> forkfs::Result<&BlockHead> {
+        self.backing.live()
     }
 
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> forkfs::Result<()> {
@@ -173,7 +181,7 @@ impl Export {
     /// Records the head as an automatic version if it changed and at least
     /// `min_interval` passed since the last one. Returns whether it did.
     pub fn checkpoint(&self, min_interval: Duration) -> forkfs::Result<bool> {
-        let Backing::Live(h) = &self.backing else { return Ok(false) };
+        let Opened::Live(h) = &self.backing else { return Ok(false) };
         {
             let mut last = self.last_checkpoint.lock();
             if last.elapsed() < min_interval {
@@ -198,7 +206,7 @@ impl Export {
         let origin = if h.is_deferred() { forkfs::Origin::SafePoint } else { forkfs::Origin::Auto };
         let opts =
             SnapshotOptions { origin: Some(origin), skip_if_clean: true, ..Default::default() };
-        self.store.snapshot(h.record().name.as_str(), &opts)?;
+        self.store.graph().snapshot(h.record().name.as_str(), &opts)?;
         if let Some(p) = &self.persist {
             p.committed();
         }
@@ -209,19 +217,12 @@ impl Export {
 
     /// Indexes of blocks in `first..=last` holding data.
     pub fn allocated(&self, first: u64, last: u64) -> forkfs::Result<Vec<u64>> {
-        match &self.backing {
-            Backing::Live(h) => h.allocated_blocks_in(first, last),
-            Backing::Version(v) => allocated_in_version_range(&self.store, v, first, last),
-        }
+        self.backing.allocated_blocks_in(first, last)
     }
 
     /// Byte ranges changed between version `since` and this export's state.
     pub fn changed_since(&self, since: &VersionRecord) -> forkfs::Result<Vec<(u64, u64)>> {
-        let here = match &self.backing {
-            Backing::Live(h) => Target::Head(h.record().clone()),
-            Backing::Version(v) => Target::Version(v.clone()),
-        };
-        match self.store.diff(&Target::Version(since.clone()), &here)? {
+        match self.store.graph().diff(&Target::Version(since.clone()), &self.target)? {
             forkfs::Diff::Block { ranges, .. } => {
                 Ok(ranges.iter().map(|r| (r.offset, r.len)).collect())
             }
@@ -231,11 +232,8 @@ impl Export {
 
     /// Resolves a version of this export's volume (for meta contexts).
     pub fn resolve_version(&self, spec: &str) -> forkfs::Result<VersionRecord> {
-        let vol = match &self.backing {
-            Backing::Live(h) => h.record().name.to_string(),
-            Backing::Version(v) => v.volume_name.to_string(),
-        };
-        match self.store.resolve(&format!("{vol}@{spec}"))? {
+        let vol = self.target.volume_name();
+        match self.store.graph().resolve(&format!("{vol}@{spec}"))? {
             Target::Version(v) => Ok(v),
             Target::Head(_) => Err(forkfs::Error::invalid("name a version")),
         }
@@ -272,7 +270,7 @@ impl Exports {
     /// Names for NBD_OPT_LIST: every block volume (or the configured ones).
     pub fn list(&self) -> forkfs::Result<Vec<(String, String)>> {
         let mut out = Vec::new();
-        for v in self.store.volumes()? {
+        for v in self.store.volumes().list()? {
             if v.kind == VolumeKind::Block && self.allowed(v.name.as_str()) {
                 out.push((v.name.to_string(), format!("forkfs block volume, {} bytes", v.size)));
             }
@@ -290,32 +288,35 @@ impl Exports {
             return Ok(e.clone());
         }
         let mut persist = None;
-        let (backing, size, block_size, description) = match self.store.resolve(name)? {
-            Target::Head(v) => {
-                if v.kind != VolumeKind::Block {
-                    return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
-                }
-                let h = self.store.open_volume(v.name.as_str())?;
-                let mode = self.mode_of(&v);
+        let target = self.store.graph().resolve(name)?;
+        let kind = match &target {
+            Target::Head(v) => v.kind,
+            Target::Version(v) => v.kind,
+        };
+        if kind != VolumeKind::Block {
+            return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
+        }
+        let backing = self.store.graph().open_block(&target)?;
+        let description = match &backing {
+            Opened::Live(h) => {
+                let mode = self.mode_of(h.record());
                 persist = Some(Persistence::new(h.clone(), self.store.clone(), mode)?);
-                let d = format!("forkfs volume {name} (live, {mode:?} consistency)");
-                (Backing::Live(h), v.size, v.block_size, d)
+                format!("forkfs volume {name} (live, {mode:?} consistency)")
             }
-            Target::Version(v) => {
-                if v.kind != VolumeKind::Block {
-                    return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
-                }
-                let d = format!("forkfs version {}@{} (read-only)", v.volume_name, v.id.short());
-                (Backing::Version(v.clone()), v.size, v.block_size, d)
+            Opened::Version(v) => {
+                let v = v.record();
+                format!("forkfs version {}@{} (read-only)", v.volume_name, v.id.short())
             }
         };
+        let (size, block_size) = backing.geometry();
         let export = Arc::new(Export {
             name: name.to_string(),
             description,
             size,
             block_size,
-            read_only: matches!(backing, Backing::Version(_)),
+            read_only: matches!(backing, Opened::Version(_)),
             store: self.store.clone(),
+            target,
             backing,
             counters: Counters::default(),
             last_checkpoint: Mutex::new(Instant::now()),

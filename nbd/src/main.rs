@@ -62,14 +62,6 @@ fn parse_mode(s: &str) -> Result<(Option<String>, persist::Mode), String> {
     }
 }
 
-fn default_store() -> PathBuf {
-    std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from("."))
-        .join("forkfs")
-}
-
 fn main() {
     let cli = Cli::parse();
     let level = ["info", "info", "debug", "trace"][cli.verbose.min(3) as usize];
@@ -81,8 +73,8 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     if let Err(e) = run(cli) {
-        eprintln!("forkfs-nbd: {e:#}");
-        std::process::exit(1);
+        eprintln!("forkfs-nbd: {}", forkfs::one_line(e.as_ref()));
+        std::process::exit(forkfs::exit_code(e.as_ref()));
     }
 }
 
@@ -95,10 +87,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         checkpoint_after_flush,
         consistency,
     } = cli.command;
-    let dir = cli.store.unwrap_or_else(default_store);
-    let store = forkfs::Store::open(&dir)?;
+    let dir = cli.store.unwrap_or_else(forkfs::default_store_dir);
+    let store = forkfs::Store::open_with(&dir, &forkfs::Settings::from_env())?;
     // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
-    let _control = forkfs::control::serve(store.clone())?;
+    let _control = forkfs::service::serve(store.clone())?;
     let exports = Arc::new(export::Exports::new(store, export.clone(), consistency));
     for name in &export {
         exports.open(name).map_err(|e| anyhow::anyhow!("export {name}: {e}"))?;

@@ -2,7 +2,7 @@
 //! Every option gets an answer (unknown ones NBD_REP_ERR_UNSUP); only a
 //! broken framing (bad magic, oversized junk) or ABORT ends the connection.
 
-use crate::export::{Export, Exports};
+use crate::export::{Export, Exports, refusal};
 use crate::proto::consts::{MAX_OPTION_DATA_LEN, OPTION_HEADER_LEN};
 use crate::proto::{
     self, HandshakeFlags, InfoType, OptionReplyType, OptionType, TransmissionFlags,
@@ -51,12 +51,20 @@ pub fn transmission_flags(e: &Export) -> TransmissionFlags {
     f
 }
 
-async fn open(exports: &Arc<Exports>, name: &str) -> Result<Arc<Export>, String> {
+/// Opens an export, or says how to refuse it: the option reply (by the
+/// error's kind, [`refusal`]) and a message for the client's user.
+async fn open(
+    exports: &Arc<Exports>,
+    name: &str,
+) -> Result<Arc<Export>, (OptionReplyType, String)> {
     let (ex, n) = (exports.clone(), name.to_string());
     match tokio::task::spawn_blocking(move || ex.open(&n)).await {
         Ok(Ok(e)) => Ok(e),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(Err(e)) => {
+            tracing::info!(export = name, error = %e, "export refused");
+            Err((refusal(&e), forkfs::one_line(&e)))
+        }
+        Err(e) => Err((OptionReplyType::ErrUnknown, e.to_string())),
     }
 }
 
@@ -116,7 +124,7 @@ pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
             OptionType::ExportName => {
                 let name = proto::parse_export_name(&data).map_err(invalid)?;
                 // No way to refuse politely here: the protocol closes.
-                let export = open(exports, &name).await.map_err(invalid)?;
+                let export = open(exports, &name).await.map_err(|(_, msg)| invalid(msg))?;
                 proto::encode_export_name_reply(
                     &mut out,
                     export.size,
@@ -168,7 +176,7 @@ pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
                     }
                 };
                 match open(exports, &req.name).await {
-                    Err(msg) => err(&mut out, OptionReplyType::ErrUnknown, &msg),
+                    Err((kind, msg)) => err(&mut out, kind, &msg),
                     Ok(export) => {
                         proto::encode_info_export(
                             &mut out,
@@ -208,7 +216,7 @@ pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
                         "negotiate structured replies first",
                     ),
                     Ok(req) => match open(exports, &req.export).await {
-                        Err(msg) => err(&mut out, OptionReplyType::ErrUnknown, &msg),
+                        Err((kind, msg)) => err(&mut out, kind, &msg),
                         Ok(export) => {
                             let found = match_contexts(&export, &req.queries, set).await;
                             if set {

@@ -16,10 +16,10 @@
 //!   FLUSH persists nothing and a timer persists pending blocks one by one.
 
 use crate::safepoint::{Detector, SafePoint};
-use forkfs::{Consistency, Head, Store};
+use forkfs::{BlockHead, Consistency, Store, WeakBlockHead};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// The environment variable that admits the test-only modes.
@@ -37,13 +37,11 @@ impl std::str::FromStr for Mode {
     type Err = String;
     fn from_str(s: &str) -> Result<Mode, String> {
         match s {
-            "flush" => Ok(Mode::Flush),
-            "btrfs" => Ok(Mode::Btrfs),
             "naive-timer" if std::env::var_os(UNSAFE_MODES_ENV).is_some() => Ok(Mode::NaiveTimer),
             "naive-timer" => Err(format!(
                 "naive-timer corrupts filesystems on purpose; it exists for tests (set {UNSAFE_MODES_ENV}=1)"
             )),
-            _ => Err(format!("unknown consistency mode {s:?} (flush or btrfs)")),
+            _ => s.parse::<Consistency>().map(Mode::from).map_err(|e| e.to_string()),
         }
     }
 }
@@ -81,7 +79,7 @@ pub struct Stats {
 }
 
 pub struct Persistence {
-    head: Arc<Head>,
+    head: BlockHead,
     store: Store,
     naive: bool,
     detector: Mutex<Detector>,
@@ -108,7 +106,7 @@ pub struct Persistence {
 }
 
 impl Persistence {
-    pub fn new(head: Arc<Head>, store: Store, mode: Mode) -> forkfs::Result<Arc<Persistence>> {
+    pub fn new(head: BlockHead, store: Store, mode: Mode) -> forkfs::Result<Arc<Persistence>> {
         head.set_deferred(mode != Mode::Flush)?;
         let detector = Detector::new(read_super(&head).as_deref());
         let p = Arc::new(Persistence {
@@ -139,7 +137,7 @@ impl Persistence {
         }
         if p.naive {
             tracing::warn!(volume = %p.head.record().name, "naive-timer mode: FLUSH persists nothing (a test's negative control)");
-            spawn_naive_timer(Arc::downgrade(&p.head), p.stop.clone());
+            spawn_naive_timer(p.head.downgrade(), p.stop.clone());
         }
         Ok(p)
     }
@@ -314,7 +312,7 @@ impl Persistence {
         };
         // Every request of every connection in flight finishes first.
         let _all = self.ops.write();
-        let st = self.store.roll_back(&self.head, reason)?;
+        let st = self.store.graph().roll_back(&self.head, reason)?;
         // The detector follows the disk back to its last safe point.
         *self.detector.lock() = Detector::new(read_super(&self.head).as_deref());
         if st.since_ms.is_some() {
@@ -362,7 +360,7 @@ impl Drop for Persistence {
 
 /// The primary superblock area as the head reads now (None if the disk is
 /// too small or unreadable).
-fn read_super(head: &Head) -> Option<Vec<u8>> {
+fn read_super(head: &BlockHead) -> Option<Vec<u8>> {
     let (at, len) = crate::safepoint::SUPER_RANGE;
     if head.size() < at + len {
         return None;
@@ -373,7 +371,7 @@ fn read_super(head: &Head) -> Option<Vec<u8>> {
 }
 
 /// naive-timer: every 50 ms, persist pending blocks one at a time.
-fn spawn_naive_timer(head: Weak<Head>, stop: Arc<AtomicBool>) {
+fn spawn_naive_timer(head: WeakBlockHead, stop: Arc<AtomicBool>) {
     let _ = std::thread::Builder::new().name("forkfs-naive".into()).spawn(move || {
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(50));

@@ -379,7 +379,7 @@ fn encode_read_chunks(buf: &mut Vec<u8>, req: &Request, data: &[u8], bs: usize, 
         } else {
             (((req.offset as usize + pos) / bs + 1) * bs - req.offset as usize).min(data.len())
         };
-        let zero = !df && forkfs::volume::is_zero(&data[pos..next]);
+        let zero = !df && forkfs::is_zero(&data[pos..next]);
         match runs.last_mut() {
             Some(r) if r.2 == zero => r.1 = next,
             _ => runs.push((pos, next, zero)),

@@ -4,11 +4,10 @@
 use super::Global;
 use super::output::{bytes, print_json, progress};
 use anyhow::Context;
-use forkfs::volume::block::{allocated_in_version, read_version};
-use forkfs::volume::fs::{FsReader, SetAttr, reader_for_version};
-use forkfs::volume::inode::{Content, FileKind, Inode, ROOT_INO, Time};
-use forkfs::volume::is_zero;
-use forkfs::{Error, Head, Origin, SnapshotOptions, Store, Target, VolumeKind};
+use forkfs::fs::{Content, FileKind, FsReader, Inode, NewNode, ROOT_INO, SetAttr, Time};
+use forkfs::{
+    BlockHead, Error, FsHead, Opened, Origin, SnapshotOptions, Target, VolumeKind, is_zero,
+};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -33,27 +32,38 @@ pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
     let store = g.open()?;
     let meta = std::fs::metadata(&a.source)
         .with_context(|| format!("cannot read {}", a.source.display()))?;
-    let created = match store.volume(&a.volume) {
-        Ok(_) => false,
+    let volumes = store.volumes();
+    let (kind, created) = match volumes.get(&a.volume) {
+        Ok(v) => (v.kind, false),
         Err(e) if e.kind() == forkfs::ErrorKind::NotFound => {
-            if meta.is_dir() {
-                store.create_volume(&a.volume, VolumeKind::Fs, None, None)?;
+            let v = if meta.is_dir() {
+                volumes.create(&a.volume, VolumeKind::Fs, None, None)?
             } else {
                 let bs = store.config().default_block_size as u64;
                 let len = image_len(&a.source)?;
                 let size = len.div_ceil(bs).max(1) * bs;
-                store.create_volume(&a.volume, VolumeKind::Block, Some(size), None)?;
-            }
-            true
+                volumes.create(&a.volume, VolumeKind::Block, Some(size), None)?
+            };
+            (v.kind, true)
         }
         Err(e) => return Err(e.into()),
     };
-    let head = store.open_volume(&a.volume)?;
-    let copied = match (head.kind(), meta.is_dir()) {
-        (VolumeKind::Block, false) => import_image(&head, &a.source, created)?,
+    let copied = match (kind, meta.is_dir()) {
+        (VolumeKind::Block, false) => {
+            let head = volumes.open_block(&a.volume)?;
+            let n = import_image(&head, &a.source, created)?;
+            if a.no_snapshot {
+                head.flush()?;
+            }
+            n
+        }
         (VolumeKind::Fs, true) => {
+            let head = volumes.open_fs(&a.volume)?;
             let mut n = 0;
             import_dir(&head, ROOT_INO, &a.source, &mut n)?;
+            if a.no_snapshot {
+                head.flush()?;
+            }
             n
         }
         (VolumeKind::Block, true) => {
@@ -66,7 +76,6 @@ pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
         }
     };
     let version = if a.no_snapshot {
-        head.flush()?;
         None
     } else {
         let label = format!("import {}", a.source.display());
@@ -75,7 +84,7 @@ pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
             origin: Some(Origin::Import),
             ..Default::default()
         };
-        Some(store.snapshot(&a.volume, &opts)?)
+        Some(store.graph().snapshot(&a.volume, &opts)?)
     };
     if g.json {
         return print_json(
@@ -94,7 +103,7 @@ fn image_len(p: &Path) -> anyhow::Result<u64> {
     Ok(f.seek(SeekFrom::End(0))?)
 }
 
-fn import_image(head: &Head, src: &Path, fresh: bool) -> anyhow::Result<u64> {
+fn import_image(head: &BlockHead, src: &Path, fresh: bool) -> anyhow::Result<u64> {
     let len = image_len(src)?;
     if len > head.size() {
         return Err(Error::invalid(format!(
@@ -160,7 +169,7 @@ fn time_of(secs: i64, nanos: i64) -> Time {
     Time { secs, nanos: nanos.clamp(0, 999_999_999) as u32 }
 }
 
-fn import_dir(head: &Head, dir: u64, src: &Path, copied: &mut u64) -> anyhow::Result<()> {
+fn import_dir(head: &FsHead, dir: u64, src: &Path, copied: &mut u64) -> anyhow::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(src)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
@@ -201,7 +210,7 @@ fn import_dir(head: &Head, dir: u64, src: &Path, copied: &mut u64) -> anyhow::Re
             let rdev = u32::try_from(m.rdev()).map_err(|_| {
                 forkfs::Error::invalid(format!("{}: device number too large", path.display()))
             })?;
-            let node = forkfs::volume::fsops::NewNode {
+            let node = NewNode {
                 kind: special_kind(&m),
                 perm,
                 uid: owner.0,
@@ -248,15 +257,13 @@ pub struct ExportArgs {
 
 pub fn export(g: &Global, a: ExportArgs) -> anyhow::Result<()> {
     let store = g.open()?;
-    let target = store.resolve(&a.source)?;
-    let (kind, version, head) = match &target {
-        Target::Version(v) => (v.kind, Some(v.clone()), None),
-        Target::Head(v) => (v.kind, None, Some(store.open_volume(v.name.as_str())?)),
+    let target = store.graph().resolve(&a.source)?;
+    let kind = match &target {
+        Target::Version(v) => v.kind,
+        Target::Head(v) => v.kind,
     };
     let copied = match kind {
-        VolumeKind::Block => {
-            export_image(&store, version.as_ref(), head.as_deref(), &a.dest, a.force)?
-        }
+        VolumeKind::Block => export_image(&store.graph().open_block(&target)?, &a.dest, a.force)?,
         VolumeKind::Fs => {
             if a.dest.exists() && std::fs::read_dir(&a.dest)?.next().is_some() {
                 return Err(Error::conflict(format!(
@@ -266,11 +273,8 @@ pub fn export(g: &Global, a: ExportArgs) -> anyhow::Result<()> {
                 .into());
             }
             std::fs::create_dir_all(&a.dest)?;
-            let reader: FsReader<'_> = match (&version, &head) {
-                (Some(v), _) => reader_for_version(&store, v.root, v.block_size),
-                (None, Some(h)) => h.fs(),
-                _ => unreachable!("a target is a version or a head"),
-            };
+            let opened = store.graph().open_fs(&target)?;
+            let reader = opened.reader();
             let mut n = 0;
             let root = reader.inode(ROOT_INO)?;
             export_dir(&reader, &root, &a.dest, &mut n)?;
@@ -286,18 +290,10 @@ pub fn export(g: &Global, a: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn export_image(
-    store: &Store,
-    version: Option<&forkfs::VersionRecord>,
-    head: Option<&Head>,
-    dest: &Path,
-    force: bool,
-) -> anyhow::Result<u64> {
-    let (size, bs, blocks) = match (version, head) {
-        (Some(v), _) => (v.size, v.block_size as u64, allocated_in_version(store, v)?),
-        (None, Some(h)) => (h.size(), h.record().block_size as u64, h.allocated_blocks()?),
-        _ => unreachable!("a target is a version or a head"),
-    };
+fn export_image(source: &Opened<BlockHead>, dest: &Path, force: bool) -> anyhow::Result<u64> {
+    let (size, bs) = source.geometry();
+    let bs = bs as u64;
+    let blocks = source.allocated_blocks_in(0, u64::MAX)?;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true);
     if force {
@@ -313,11 +309,7 @@ fn export_image(
     let mut buf = vec![0u8; bs as usize];
     for (i, b) in blocks.iter().enumerate() {
         let off = b * bs;
-        match (version, head) {
-            (Some(v), _) => read_version(store, v, off, &mut buf)?,
-            (None, Some(h)) => h.read_at(off, &mut buf)?,
-            _ => unreachable!(),
-        }
+        source.read_at(off, &mut buf)?;
         f.write_all_at(&buf, off)?;
         bar.set_position((i as u64 + 1) * bs);
     }

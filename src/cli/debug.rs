@@ -22,13 +22,13 @@ pub enum Cmd {
 pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     let Cmd::CrashLoop { volume, seed, iterations } = c;
     let store = g.open()?;
-    if store.volume(&volume).is_err() {
-        store.create_volume(&volume, VolumeKind::Block, Some(8 << 20), Some(64 << 10))?;
+    if store.volumes().get(&volume).is_err() {
+        store.volumes().create(&volume, VolumeKind::Block, Some(8 << 20), Some(64 << 10))?;
         // The crash test checks that every reported version survives:
         // retention must not thin them.
-        store.set_retention(&volume, None, false)?;
+        store.volumes().set_retention(&volume, None, false)?;
     }
-    let head = store.open_volume(&volume)?;
+    let head = store.volumes().open_block(&volume)?;
     let size = head.size() as usize;
     // The model starts from whatever the head holds, committed or not.
     let mut model = vec![0u8; size];
@@ -57,7 +57,7 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
         let hash = blake3::hash(&model).to_hex();
         writeln!(out, "pending {hash}")?;
         out.flush()?;
-        let v = store.snapshot(
+        let v = store.graph().snapshot(
             &volume,
             &SnapshotOptions { origin: Some(forkfs::Origin::Auto), ..Default::default() },
         )?;

@@ -2,7 +2,7 @@
 
 use super::Global;
 use super::output::print_json;
-use forkfs::control::Request;
+use forkfs::service::Request;
 use forkfs::{VersionRecord, VolumeRecord};
 
 #[derive(clap::Args)]

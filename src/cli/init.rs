@@ -2,20 +2,20 @@
 
 use super::Global;
 use super::output::{parse_size, print_json};
-use forkfs::remote::Remote;
+use forkfs::RemoteConfig;
 use forkfs::{Store, StoreConfig};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seal packs at this size
-    #[arg(long, default_value = "16MiB")]
-    pack_size: String,
-    /// Default block size of new volumes
-    #[arg(long, default_value = "64KiB")]
-    block_size: String,
-    /// zstd level for chunks (1 is fast; higher compresses more)
-    #[arg(long, default_value_t = 1)]
-    zstd_level: i32,
+    /// Seal packs at this size [default: 16MiB]
+    #[arg(long)]
+    pack_size: Option<String>,
+    /// Default block size of new volumes [default: 64KiB]
+    #[arg(long)]
+    block_size: Option<String>,
+    /// zstd level for chunks (1 is fast; higher compresses more) [default: 1]
+    #[arg(long)]
+    zstd_level: Option<i32>,
     /// Keep objects in a remote store: s3://bucket/prefix, gs://..., az://...
     /// or file:///dir (credentials from the usual environment variables).
     /// A remote that already holds a store is joined: its volumes and
@@ -32,9 +32,9 @@ pub struct Args {
     #[arg(long, requires = "remote")]
     region: Option<String>,
     /// Local disk space for chunks read from the remote (least recently
-    /// used go first; every cached chunk is verified when read)
-    #[arg(long, requires = "remote", default_value = "8GiB")]
-    cache_size: String,
+    /// used go first; every cached chunk is verified when read) [default: 8GiB]
+    #[arg(long, requires = "remote")]
+    cache_size: Option<String>,
     /// A read waits this long for the remote, retries included, then fails
     /// (EIO to a client); 0 = wait forever [default: 20s;
     /// FORKFS_READ_DEADLINE overrides]
@@ -49,13 +49,18 @@ pub struct Args {
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let pending_limit = a.pending_limit.as_deref().map(parse_size).transpose()?;
+    let d = StoreConfig::default();
+    let size = |s: Option<&str>, default: u64| s.map_or(Ok(default), parse_size);
     let config = StoreConfig {
-        pack_target: parse_size(&a.pack_size)? as usize,
-        default_block_size: u32::try_from(parse_size(&a.block_size)?)
-            .map_err(|_| forkfs::Error::invalid("block size too large"))?,
-        zstd_level: a.zstd_level,
-        disk_cache_bytes: parse_size(&a.cache_size)?,
-        remote: a.remote.map(|url| Remote {
+        pack_target: size(a.pack_size.as_deref(), d.pack_target as u64)? as usize,
+        default_block_size: u32::try_from(size(
+            a.block_size.as_deref(),
+            d.default_block_size as u64,
+        )?)
+        .map_err(|_| forkfs::Error::invalid("block size too large"))?,
+        zstd_level: a.zstd_level.unwrap_or(d.zstd_level),
+        disk_cache_bytes: size(a.cache_size.as_deref(), d.disk_cache_bytes)?,
+        remote: a.remote.map(|url| RemoteConfig {
             url,
             endpoint: a.endpoint,
             allow_http: a.allow_http,
@@ -67,8 +72,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         ..StoreConfig::default()
     };
     let dir = g.store_dir();
-    let store = Store::init(&dir, config)?;
-    let volumes = store.volumes()?.len();
+    let store = Store::init_with(&dir, config, &g.settings())?;
+    let volumes = store.volumes().list()?.len();
     let config = store.config().clone();
     if g.json {
         return print_json(

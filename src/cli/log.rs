@@ -2,7 +2,7 @@
 
 use super::Global;
 use super::output::{age, bytes, print_json};
-use forkfs::control::Request;
+use forkfs::service::Request;
 use forkfs::{Diff, PathChange};
 
 #[derive(clap::Args)]

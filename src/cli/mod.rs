@@ -12,7 +12,8 @@ mod status;
 mod volume;
 
 use clap::{Parser, Subcommand};
-use forkfs::{Error, Store};
+use forkfs::service::Request;
+use forkfs::{Settings, Store};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -44,29 +45,23 @@ pub struct Global {
 
 impl Global {
     pub fn store_dir(&self) -> PathBuf {
-        if let Some(s) = &self.store {
-            return s.clone();
-        }
-        let data = std::env::var_os("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-            .unwrap_or_else(|| PathBuf::from("."));
-        data.join("forkfs")
+        self.store.clone().unwrap_or_else(forkfs::default_store_dir)
+    }
+
+    /// How this process uses the store (from the `FORKFS_*` environment).
+    pub fn settings(&self) -> Settings {
+        Settings::from_env()
     }
 
     /// Runs a control request here, or in the process that holds the
     /// store; its answer, decoded.
-    pub fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        req: &forkfs::control::Request,
-    ) -> anyhow::Result<T> {
-        let v = forkfs::control::run(&self.store_dir(), req, &forkfs::progress::Quiet)?;
+    pub fn call<T: serde::de::DeserializeOwned>(&self, req: &Request) -> anyhow::Result<T> {
+        let v = forkfs::service::run(&self.store_dir(), &self.settings(), req, &forkfs::Quiet)?;
         Ok(serde_json::from_value(v)?)
     }
 
     pub fn open(&self) -> forkfs::Result<Store> {
-        Store::open(&self.store_dir())
+        Store::open_with(&self.store_dir(), &self.settings())
     }
 }
 
@@ -143,8 +138,8 @@ pub fn run() -> i32 {
         Command::Import(a) => data::import(&g, a),
         Command::Export(a) => data::export(&g, a),
         Command::Status(a) => status::run(&g, a),
-        Command::Mount(a) => crate::mount::mount(&g, a),
-        Command::Umount(a) => crate::mount::umount(&g, a),
+        Command::Mount(a) => crate::mount::mount(&g.store_dir(), &g.settings(), a),
+        Command::Umount(a) => crate::mount::umount(&g.store_dir(), a),
         Command::Run(a) => match run::run(&g, a) {
             Ok(code) => return code,
             Err(e) => Err(e),
@@ -161,20 +156,13 @@ pub fn run() -> i32 {
     }
 }
 
-pub fn one_line(e: &anyhow::Error) -> String {
-    let mut s = e.to_string();
-    if let Some(fe) = e.downcast_ref::<Error>()
-        && let Some(src) = std::error::Error::source(fe)
-        && !s.contains(&src.to_string())
-    {
-        s = format!("{s}: {src}");
-    }
-    s.replace('\n', " ")
+fn one_line(e: &anyhow::Error) -> String {
+    forkfs::one_line(e.as_ref())
 }
 
 /// Exit codes by error kind (sysexits-style), so scripts can tell them apart.
 fn exit_code(e: &anyhow::Error) -> i32 {
-    e.downcast_ref::<Error>().map_or(1, |e| e.kind().exit_code())
+    forkfs::exit_code(e.as_ref())
 }
 
 /// `forkfs nbd ...` runs `forkfs-nbd ...`, `forkfs fsck ...` runs

@@ -21,7 +21,7 @@ pub fn bytes(n: u64) -> String {
 
 /// Age of a timestamp in milliseconds, e.g. "3m ago".
 pub fn age(ms: u64) -> String {
-    let now = forkfs::version::now_ms();
+    let now = forkfs::now_ms();
     let s = now.saturating_sub(ms) / 1000;
     match s {
         0..=59 => format!("{s}s ago"),
@@ -33,7 +33,7 @@ pub fn age(ms: u64) -> String {
 
 /// Parses sizes like 64G, 512MiB, 1T, 4096 (the library's reading).
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    Ok(forkfs::settings::parse_size(s)?)
+    Ok(forkfs::parse_size(s)?)
 }
 
 /// A progress bar on a terminal, nothing otherwise.

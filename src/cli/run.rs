@@ -6,7 +6,7 @@ use super::Global;
 use super::output::print_json;
 use anyhow::Context;
 use forkfs::VersionRecord;
-use forkfs::control::Request;
+use forkfs::service::Request;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -2,7 +2,7 @@
 
 use super::Global;
 use super::output::print_json;
-use forkfs::control::{self, Request};
+use forkfs::service::Request;
 use forkfs::{Target, VersionRecord};
 
 #[derive(clap::Args)]
@@ -36,7 +36,7 @@ pub struct SyncArgs {
 /// `forkfs sync`: works while a server or mount holds the store.
 pub fn sync(g: &Global, a: SyncArgs) -> anyhow::Result<()> {
     let req = Request::Sync { volume: a.volume };
-    let done: Vec<control::Synced> = g.call(&req)?;
+    let done: Vec<forkfs::Synced> = g.call(&req)?;
     if g.json {
         return print_json(&done);
     }
@@ -61,8 +61,8 @@ pub struct TagArgs {
 
 pub fn tag(g: &Global, a: TagArgs) -> anyhow::Result<()> {
     let store = g.open()?;
-    let v = store.resolve_version(&a.version)?;
-    store.tag(&v, &a.name)?;
+    let v = store.graph().resolve_version(&a.version)?;
+    store.graph().tag(&v, &a.name)?;
     if g.json {
         return print_json(&serde_json::json!({ "version": v.id, "name": a.name }));
     }
@@ -78,8 +78,8 @@ pub struct UntagArgs {
 
 pub fn untag(g: &Global, a: UntagArgs) -> anyhow::Result<()> {
     let store = g.open()?;
-    let vol = store.volume(&a.volume)?;
-    store.untag(&vol, &a.name)?;
+    let vol = store.volumes().get(&a.volume)?;
+    store.graph().untag(&vol, &a.name)?;
     if g.json {
         return print_json(&serde_json::json!({ "untagged": a.name }));
     }
@@ -95,10 +95,10 @@ pub struct DeleteArgs {
 
 pub fn delete(g: &Global, a: DeleteArgs) -> anyhow::Result<()> {
     let store = g.open()?;
-    let Target::Version(v) = store.resolve(&a.version)? else {
+    let Target::Version(v) = store.graph().resolve(&a.version)? else {
         return Err(forkfs::Error::invalid("name a version: VOL@VERSION").into());
     };
-    store.delete_version(&v)?;
+    store.graph().delete_version(&v)?;
     if g.json {
         return print_json(&serde_json::json!({ "deleted": v.id }));
     }

@@ -7,7 +7,7 @@ use super::output::{bytes, print_json};
 pub struct Args {}
 
 pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
-    let s: forkfs::stats::StoreStats = g.call(&forkfs::control::Request::Status)?;
+    let s: forkfs::StoreStats = g.call(&forkfs::service::Request::Status)?;
     if g.json {
         return print_json(&s);
     }

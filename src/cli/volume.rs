@@ -2,8 +2,8 @@
 
 use super::Global;
 use super::output::{age, bytes, parse_size, print_json};
-use forkfs::control::Request;
-use forkfs::{VolumeKind, VolumeRecord};
+use forkfs::service::Request;
+use forkfs::{Consistency, VolumeKind, VolumeRecord};
 
 #[derive(clap::Subcommand)]
 pub enum Cmd {
@@ -47,14 +47,14 @@ pub enum Cmd {
     /// btrfs commits (also while it is served)
     Consistency {
         name: String,
-        #[arg(value_parser = ["flush", "btrfs"])]
-        mode: Option<String>,
+        /// `flush` or `btrfs`
+        mode: Option<Consistency>,
     },
 }
 
 pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     if let Cmd::Consistency { name, mode } = c {
-        return consistency(g, &name, mode.as_deref());
+        return consistency(g, &name, mode);
     }
     match c {
         Cmd::Create { name, block, size, block_size } => {
@@ -90,7 +90,7 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Delete { name } => {
-            g.open()?.delete_volume(&name)?;
+            g.open()?.volumes().delete(&name)?;
             if g.json {
                 return print_json(&serde_json::json!({ "deleted": name }));
             }
@@ -98,7 +98,7 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Retention { name, keep_recent, unit, per_bucket, auto_prune, default } => {
             let store = g.open()?;
-            let rec = store.volume(&name)?;
+            let rec = store.volumes().get(&name)?;
             let changed = keep_recent.is_some()
                 || unit.is_some()
                 || per_bucket.is_some()
@@ -114,7 +114,7 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
                 }
                 p.per_bucket = per_bucket.unwrap_or(p.per_bucket);
                 let auto = auto_prune.map_or(rec.auto_prune, |a| a == "on");
-                store.set_retention(&name, (!default).then_some(p), auto)?
+                store.volumes().set_retention(&name, (!default).then_some(p), auto)?
             } else {
                 rec
             };
@@ -139,8 +139,7 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn consistency(g: &Global, name: &str, mode: Option<&str>) -> anyhow::Result<()> {
-    let mode = mode.map(str::parse).transpose()?;
+fn consistency(g: &Global, name: &str, mode: Option<Consistency>) -> anyhow::Result<()> {
     let req = Request::Consistency { volume: name.to_string(), mode };
     let rec: VolumeRecord = g.call(&req)?;
     if g.json {

@@ -13,10 +13,9 @@ pub mod node;
 #[cfg(test)]
 mod tests;
 
-pub use diff::Change;
 use node::{Node, byte_at, span_mask};
 
-use crate::chunk::ChunkStore;
+use crate::cas::ChunkStore;
 use crate::error::Result;
 use crate::id::ChunkId;
 use bytes::Bytes;
@@ -83,10 +82,12 @@ impl<'a, S: NodeStore + ?Sized> Map<'a, S> {
         Ok(None)
     }
 
+    #[cfg(test)]
     pub fn put(&self, root: MapRoot, key: u64, value: Bytes) -> Result<MapRoot> {
         self.apply(root, &[(key, Some(value))])
     }
 
+    #[cfg(test)]
     pub fn delete(&self, root: MapRoot, key: u64) -> Result<MapRoot> {
         self.apply(root, &[(key, None)])
     }
@@ -242,6 +243,7 @@ impl<'a, S: NodeStore + ?Sized> Map<'a, S> {
     }
 
     /// Every entry, in key order.
+    #[cfg(test)]
     pub fn entries(&self, root: MapRoot) -> Result<Vec<(u64, Bytes)>> {
         let mut out = Vec::new();
         self.range(root, 0, u64::MAX, &mut |k, v| {
@@ -249,19 +251,5 @@ impl<'a, S: NodeStore + ?Sized> Map<'a, S> {
             true
         })?;
         Ok(out)
-    }
-
-    /// Every node id reachable from `root`, parents before children
-    /// (what GC marks and fsck verifies).
-    pub fn visit_nodes(&self, root: MapRoot, f: &mut dyn FnMut(&ChunkId, &Node)) -> Result<()> {
-        let Some(id) = root else { return Ok(()) };
-        let node = self.load(&id)?;
-        f(&id, &node);
-        if let Node::Inner { children, .. } = node {
-            for (_, c) in children {
-                self.visit_nodes(Some(c), f)?;
-            }
-        }
-        Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! Model-based tests of the Merkle map against `BTreeMap`.
 
+use super::diff::Change;
 use super::*;
 use crate::error::Error;
 use parking_lot::Mutex;

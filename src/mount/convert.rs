@@ -1,9 +1,8 @@
 //! Conversions between the core's fs types and FUSE's: attributes, file
 //! types, times, and the one place core errors become errnos.
 
-use forkfs::error::Posix;
-use forkfs::volume::inode::{FileKind, Inode, Time};
-use forkfs::{Error, ErrorKind};
+use forkfs::fs::{FileKind, Inode, Time};
+use forkfs::{Error, ErrorKind, Posix};
 use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 use std::time::UNIX_EPOCH;
 

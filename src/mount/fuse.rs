@@ -4,9 +4,8 @@
 use super::convert::{attr, errno, file_type, kernel_time, kind_of_mode};
 use super::workspace::Workspace;
 use forkfs::Error;
-use forkfs::volume::fs::{NewNode, RenameMode, SetAttr};
-use forkfs::volume::inode::{Content, FileKind, Inode};
-use forkfs::volume::xattr::XattrMode;
+use forkfs::Posix;
+use forkfs::fs::{Content, FileKind, Inode, NewNode, ROOT_INO, RenameMode, SetAttr, XattrMode};
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -237,7 +236,7 @@ impl Filesystem for Fuse {
                 self.ws.own(ino.0)?;
             }
             match i.kind {
-                FileKind::Dir => Err(Error::posix(forkfs::error::Posix::IsDir, "is a directory")),
+                FileKind::Dir => Err(Error::posix(Posix::IsDir, "is a directory")),
                 _ => Ok(i),
             }
         });
@@ -469,10 +468,7 @@ impl Fuse {
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => true,
             libc::FALLOC_FL_ZERO_RANGE => true,
             _ => {
-                return Err(Error::posix(
-                    forkfs::error::Posix::Unsupported,
-                    "fallocate mode not supported",
-                ));
+                return Err(Error::posix(Posix::Unsupported, "fallocate mode not supported"));
             }
         };
         head.fallocate(ino, offset, length, zero, keep_size)
@@ -491,9 +487,9 @@ fn node(kind: FileKind, rdev: u32, target: Option<&[u8]>) -> NewNode<'_> {
 
 /// `.forkfs` in the root is the history; nothing else may take its name.
 fn reserved(dir: u64, name: &OsStr) -> Result<(), Error> {
-    if dir == forkfs::volume::inode::ROOT_INO && name.as_bytes() == super::history::NAME {
+    if dir == ROOT_INO && name.as_bytes() == super::history::NAME {
         let why = ".forkfs is reserved for the version history";
-        return Err(Error::posix(forkfs::error::Posix::NotPermitted, why));
+        return Err(Error::posix(Posix::NotPermitted, why));
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! slot `s` at 2^63 | s << 48 | i (slots are handed out as versions are
 //! looked up, up to 2^15 per mount).
 
-use forkfs::volume::inode::{FileKind, Inode, ROOT_INO, Time};
+use forkfs::fs::{Content, FileKind, Inode, ROOT_INO, Time};
 use forkfs::{Error, Store, VersionRecord};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -94,7 +94,7 @@ pub fn virtual_dir(ino: u64) -> Inode {
         crtime: t,
         parent: if ino == VERSIONS_DIR { CTL_DIR } else { ROOT_INO },
         name: bytes::Bytes::new(),
-        content: forkfs::volume::inode::Content::Entries(None),
+        content: Content::Entries(None),
         xattrs: Vec::new(),
         links: Vec::new(),
     }
@@ -102,9 +102,9 @@ pub fn virtual_dir(ino: u64) -> Inode {
 
 /// Names under `.forkfs/versions`: each version's tags, and its short id.
 pub fn version_names(store: &Store, volume: &str) -> Result<Vec<String>, Error> {
-    let vol = store.volume(volume)?;
-    let mut names: Vec<String> = store.tags(&vol)?.into_iter().map(|(n, _)| n).collect();
-    names.extend(store.log(&vol)?.iter().map(|v| v.id.short()));
+    let vol = store.volumes().get(volume)?;
+    let mut names: Vec<String> = store.graph().tags(&vol)?.into_iter().map(|(n, _)| n).collect();
+    names.extend(store.graph().log(&vol)?.iter().map(|v| v.id.short()));
     Ok(names)
 }
 
@@ -112,10 +112,10 @@ pub fn version_names(store: &Store, volume: &str) -> Result<Vec<String>, Error> 
 pub fn resolve(store: &Store, volume: &str, name: &[u8]) -> Result<VersionRecord, Error> {
     let name = std::str::from_utf8(name).map_err(|_| Error::not_found("no such version"))?;
     if name.contains('@') || name.contains('/') || name.starts_with('~') {
-        return Err(Error::posix(forkfs::error::Posix::NoEntry, "no such version"));
+        return Err(Error::posix(forkfs::Posix::NoEntry, "no such version"));
     }
-    match store.resolve(&format!("{volume}@{name}")) {
+    match store.graph().resolve(&format!("{volume}@{name}")) {
         Ok(forkfs::Target::Version(v)) => Ok(v),
-        _ => Err(Error::posix(forkfs::error::Posix::NoEntry, format!("no version {name}"))),
+        _ => Err(Error::posix(forkfs::Posix::NoEntry, format!("no version {name}"))),
     }
 }

@@ -6,8 +6,9 @@
 
 use super::fuse::Fuse;
 use super::record::Record;
-use super::workspace::{Source, Workspace};
-use forkfs::{Error, Result, Store, VolumeKind};
+use super::workspace::Workspace;
+use forkfs::service::Server;
+use forkfs::{Error, FsHead, Opened, Result, Store, VolumeKind};
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// The control request's name (see [`forkfs::control::Request::Extension`]).
+/// The control request's name (see [`forkfs::service::Request::Extension`]).
 pub const MOUNT_REQUEST: &str = "mount";
 
 /// One mount, as asked for on the command line or over the control socket.
@@ -50,11 +51,12 @@ struct State {
 }
 
 impl Host {
-    /// Also answers mount requests arriving on `store`'s control socket.
-    pub fn new(store: Store) -> Arc<Host> {
+    /// Also answers mount requests arriving on `control`, the store's
+    /// control socket.
+    pub fn new(store: Store, control: &Server) -> Arc<Host> {
         let host = Arc::new(Host { store, state: Mutex::default(), ended: Condvar::new() });
         let weak: Weak<Host> = Arc::downgrade(&host);
-        host.store.serve_extension(
+        control.extend(
             MOUNT_REQUEST,
             Arc::new(move |args: &serde_json::Value| {
                 let req: MountRequest = serde_json::from_value(args.clone())
@@ -71,7 +73,7 @@ impl Host {
     /// kernel has the mount.
     pub fn mount(self: &Arc<Self>, req: &MountRequest) -> Result<()> {
         let (vol, source) = self.source(req)?;
-        let live = matches!(source, Source::Live(_));
+        let live = matches!(source, Opened::Live(_));
         {
             let mut st = self.state.lock();
             if st.closing {
@@ -91,27 +93,32 @@ impl Host {
         started
     }
 
-    fn source(&self, req: &MountRequest) -> Result<(String, Source)> {
+    fn source(&self, req: &MountRequest) -> Result<(String, Opened<FsHead>)> {
         let (vol, version) = match req.spec.split_once('@') {
-            Some((v, _)) => (v.to_string(), Some(self.store.resolve_version(&req.spec)?)),
+            Some((v, _)) => (v.to_string(), Some(self.store.graph().resolve_version(&req.spec)?)),
             None => (req.spec.clone(), None),
         };
-        let rec = self.store.volume(&vol)?;
+        let rec = self.store.volumes().get(&vol)?;
         if rec.kind != VolumeKind::Fs {
             return Err(Error::invalid(format!(
                 "{vol} is a block volume: serve it with forkfs-nbd serve"
             )));
         }
         let source = match version {
-            Some(v) if req.read_only => Source::Version(v),
+            Some(v) if req.read_only => Opened::Version(self.store.graph().frozen(&v)),
             Some(_) => return Err(Error::invalid("a version can only be mounted --read-only")),
-            None => Source::Live(self.store.open_volume(&vol)?),
+            None => Opened::Live(self.store.volumes().open_fs(&vol)?),
         };
         Ok((vol, source))
     }
 
-    fn start(self: &Arc<Self>, req: &MountRequest, vol: &str, source: Source) -> Result<()> {
-        if let (Source::Live(head), false) = (&source, req.read_only) {
+    fn start(
+        self: &Arc<Self>,
+        req: &MountRequest,
+        vol: &str,
+        source: Opened<FsHead>,
+    ) -> Result<()> {
+        if let (Opened::Live(head), false) = (&source, req.read_only) {
             let n = head.reap_orphans()?;
             if n > 0 {
                 tracing::info!(
@@ -148,10 +155,13 @@ impl Host {
             drop(checkpoints);
             // The hook holds the session's notifier (its /dev/fuse fd).
             if let Some(h) = hook {
-                host.store.drop_restore_hook(h);
+                host.store.graph().drop_restore_hook(h);
             }
-            let last =
-                if req.read_only { Ok(()) } else { host.store.auto_version(&vol).map(|_| ()) };
+            let last = if req.read_only {
+                Ok(())
+            } else {
+                host.store.graph().auto_version(&vol).map(|_| ())
+            };
             let result = result.and(last);
             if let Err(e) = &result {
                 tracing::error!(volume = %vol, error = %e, "mount ended with an error");
@@ -167,7 +177,7 @@ impl Host {
         // Weak: the store keeps its hooks, and the workspace keeps the store.
         let ws = Arc::downgrade(ws);
         let vol = vol.to_string();
-        self.store.on_restore(Arc::new(move |r: &forkfs::store::Restored<'_>| {
+        self.store.graph().on_restore(Arc::new(move |r: &forkfs::Restored<'_>| {
             if let Some(w) = ws.upgrade().filter(|_| r.volume == vol) {
                 super::invalidate(&w.store, r.before.root, r.to.root, &notifier);
             }

@@ -11,7 +11,7 @@ mod record;
 mod workspace;
 
 use anyhow::{Context, Result, bail};
-use forkfs::{Error, Store};
+use forkfs::{Error, Settings, Store};
 use std::io::{BufRead, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -47,42 +47,39 @@ pub struct UmountArgs {
 /// Set in the background child of `--daemon`: it reports on stdout.
 const READY_ENV: &str = "FORKFS_MOUNT_REPORT";
 
-pub fn mount(g: &crate::cli::Global, a: Args) -> Result<()> {
+pub fn mount(store_dir: &Path, settings: &Settings, a: Args) -> Result<()> {
     if a.daemon {
-        return daemonize(g, &a);
+        return daemonize(store_dir, &a);
     }
     let report = std::env::var_os(READY_ENV).is_some();
-    match serve(g, &a, report) {
+    match serve(store_dir, settings, &a, report) {
         Ok(()) => Ok(()),
         Err(e) if report => {
-            println!("error: {}", crate::cli::one_line(&e));
+            println!("error: {}", forkfs::one_line(e.as_ref()));
             Err(e)
         }
         Err(e) => Err(e),
     }
 }
 
-fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
+fn serve(store_dir: &Path, settings: &Settings, a: &Args, report: bool) -> Result<()> {
     // Before any thread starts (the store starts several): every thread
     // inherits the mask, so only the signal thread ever receives them.
     let signals = block_stop_signals();
     let req = request(a)?;
-    let store_dir = g.store_dir();
-    let store = match Store::open(&store_dir) {
+    let store = match Store::open_with(store_dir, settings) {
         Ok(s) => s,
-        Err(e) if e.kind() == forkfs::ErrorKind::Conflict => {
-            return hosted(&store_dir, &req, report, signals);
-        }
+        Err(e) if e.is_store_in_use() => return hosted(store_dir, &req, report, signals),
         Err(e) => return Err(e.into()),
     };
-    let host = host::Host::new(store.clone());
-    let control = forkfs::control::serve(store.clone())?;
+    let control = forkfs::service::serve(store.clone())?;
+    let host = host::Host::new(store.clone(), &control);
     if let Err(e) = host.mount(&req) {
         // A mount asked for over the socket meanwhile ends too, cleanly.
         host.unmount_all();
         host.wait();
         drop(control);
-        store.sync()?;
+        store.flush()?;
         return Err(e.into());
     }
     stop_on_signals(signals, host.clone())?;
@@ -94,7 +91,7 @@ fn serve(g: &crate::cli::Global, a: &Args, report: bool) -> Result<()> {
     );
     let failure = host.wait();
     drop(control);
-    store.sync()?;
+    store.flush()?;
     match failure {
         Some(e) => Err(e.into()),
         None => Ok(()),
@@ -108,11 +105,11 @@ fn hosted(
     report: bool,
     signals: libc::sigset_t,
 ) -> Result<()> {
-    let call = forkfs::control::Request::Extension {
+    let call = forkfs::service::Request::Extension {
         name: host::MOUNT_REQUEST.into(),
         args: serde_json::to_value(req)?,
     };
-    let pid = match forkfs::control::call(store_dir, &call) {
+    let pid = match forkfs::service::call(store_dir, &call) {
         Ok(v) => v["pid"].as_u64().unwrap_or(0),
         Err(e) => bail!(Error::new(e.kind(), format!("cannot mount {}: {e}", req.spec))),
     };
@@ -168,12 +165,12 @@ fn ready(report: bool, pid: u32, what: &str, req: &host::MountRequest) {
 /// changed: O(changes), whatever the size of the tree.
 pub(crate) fn invalidate(
     store: &Store,
-    before: forkfs::map::MapRoot,
-    after: forkfs::map::MapRoot,
+    before: forkfs::MapRoot,
+    after: forkfs::MapRoot,
     n: &fuser::Notifier,
 ) {
     let t = std::time::Instant::now();
-    let changes = match forkfs::volume::changes::fs_changes(store, before, after) {
+    let changes = match forkfs::fs::fs_changes(store.chunks(), before, after) {
         Ok(c) => c,
         Err(e) => {
             // Without the list, the kernel keeps stale names for up to its TTL.
@@ -242,7 +239,7 @@ pub(crate) fn checkpointer(store: Store, vol: String, every: Duration) -> Checkp
                     return;
                 }
             }
-            if let Err(e) = store.auto_version(&vol) {
+            if let Err(e) = store.graph().auto_version(&vol) {
                 tracing::warn!(volume = %vol, error = %e, "checkpoint failed");
             }
         }
@@ -262,9 +259,9 @@ impl Drop for Checkpointer {
 
 /// `--daemon`: runs the mount as a detached child and returns once it is
 /// mounted (or relays why it could not be).
-fn daemonize(g: &crate::cli::Global, a: &Args) -> Result<()> {
+fn daemonize(store_dir: &Path, a: &Args) -> Result<()> {
     use std::os::unix::process::CommandExt;
-    let log_dir = g.store_dir().join("logs");
+    let log_dir = store_dir.join("logs");
     std::fs::create_dir_all(&log_dir)?;
     let log_path = log_dir.join(format!("mount-{}.log", a.spec.replace(['/', '@'], "_")));
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
@@ -316,9 +313,9 @@ fn daemonize(g: &crate::cli::Global, a: &Args) -> Result<()> {
 /// `forkfs umount DIR`: unmounts, then waits for the mount's last
 /// checkpoint and, when it was the last mount of its process, for the
 /// process to release the store.
-pub fn umount(g: &crate::cli::Global, a: UmountArgs) -> Result<()> {
+pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     let dir = std::fs::canonicalize(&a.dir).with_context(|| format!("{}", a.dir.display()))?;
-    let holder = record::Record::find(&g.store_dir(), &dir);
+    let holder = record::Record::find(store_dir, &dir);
     let ok = std::process::Command::new("fusermount3")
         .arg("-u")
         .arg(&dir)
@@ -336,10 +333,10 @@ pub fn umount(g: &crate::cli::Global, a: UmountArgs) -> Result<()> {
         // The mount's last checkpoint is done when its record goes; the
         // store is free when its process exits, unless it serves others.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        let store = g.store_dir();
         while std::time::Instant::now() < deadline
             && record::alive(pid)
-            && (record::Record::find(&store, &dir).is_some() || !record::serves_any(&store, pid))
+            && (record::Record::find(store_dir, &dir).is_some()
+                || !record::serves_any(store_dir, pid))
         {
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -2,26 +2,19 @@
 //! and open handles (for files unlinked while open).
 
 use super::history::{self, CTL_DIR, Place, Slots, VERSIONS_DIR};
-use forkfs::volume::fs::{FsReader, reader_for_version};
-use forkfs::volume::inode::{FileKind, Inode, ROOT_INO};
-use forkfs::{Error, Head, Store, VersionRecord};
+use forkfs::fs::{FileKind, FsReader, Inode, NAME_MAX, ROOT_INO};
+use forkfs::{Error, FsHead, Opened, Posix, Store};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A page of a directory: (cookie key, FUSE inode, kind, name), and the
 /// key to continue after.
 pub type Listing = (Vec<(u64, u64, FileKind, Vec<u8>)>, Option<u64>);
 
-pub enum Source {
-    Live(Arc<Head>),
-    Version(VersionRecord),
-}
-
 pub struct Workspace {
     pub store: Store,
-    pub source: Source,
+    pub source: Opened<FsHead>,
     /// The volume shown (for `.forkfs/versions`).
     pub volume: String,
     slots: Slots,
@@ -34,11 +27,8 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    pub fn new(store: Store, source: Source, volume: String, read_only: bool) -> Workspace {
-        let block_size = match &source {
-            Source::Live(h) => h.record().block_size,
-            Source::Version(v) => v.block_size,
-        };
+    pub fn new(store: Store, source: Opened<FsHead>, volume: String, read_only: bool) -> Workspace {
+        let block_size = source.block_size();
         Workspace {
             store,
             source,
@@ -53,20 +43,17 @@ impl Workspace {
 
     /// Shows the live head (not a fixed version).
     pub fn is_live(&self) -> bool {
-        matches!(self.source, Source::Live(_))
+        matches!(self.source, Opened::Live(_))
     }
 
     pub fn reader(&self) -> FsReader<'_> {
-        match &self.source {
-            Source::Live(h) => h.fs(),
-            Source::Version(v) => reader_for_version(&self.store, v.root, v.block_size),
-        }
+        self.source.reader()
     }
 
     /// The head to change; EROFS for a mount of a version.
-    pub fn head(&self) -> Result<&Head, Error> {
+    pub fn head(&self) -> Result<&FsHead, Error> {
         match &self.source {
-            Source::Live(h) if !self.read_only => Ok(h),
+            Opened::Live(h) if !self.read_only => Ok(h),
             _ => Err(Error::read_only("this mount is read-only")),
         }
     }
@@ -100,7 +87,8 @@ impl Workspace {
             Place::Own(i) => Some((self.reader(), i, 0)),
             Place::Virtual(_) => None,
             Place::Version { version, ino, base } => {
-                Some((reader_for_version(&self.store, version.root, version.block_size), ino, base))
+                let r = FsReader::frozen(self.store.chunks(), version.root, version.block_size);
+                Some((r, ino, base))
             }
         })
     }
@@ -114,10 +102,10 @@ impl Workspace {
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(Inode, u64), Error> {
-        let enoent = || Error::posix(forkfs::error::Posix::NoEntry, "no such file or directory");
-        if name.len() > forkfs::volume::fs::NAME_MAX {
+        let enoent = || Error::posix(Posix::NoEntry, "no such file or directory");
+        if name.len() > NAME_MAX {
             let why = "file name longer than 255 bytes";
-            return Err(Error::posix(forkfs::error::Posix::NameTooLong, why));
+            return Err(Error::posix(Posix::NameTooLong, why));
         }
         match (self.slots.place(parent)?, name) {
             (Place::Own(ROOT_INO), history::NAME) => return self.stat(CTL_DIR),
@@ -137,9 +125,8 @@ impl Workspace {
 
     /// Reads file bytes anywhere in the mount.
     pub fn read(&self, fuse_ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Error> {
-        let (r, ino, _) = self
-            .at(fuse_ino)?
-            .ok_or_else(|| Error::posix(forkfs::error::Posix::IsDir, "is a directory"))?;
+        let (r, ino, _) =
+            self.at(fuse_ino)?.ok_or_else(|| Error::posix(Posix::IsDir, "is a directory"))?;
         let i = r.inode(ino)?;
         let mut buf = vec![0u8; (size as u64).min(i.size.saturating_sub(offset)) as usize];
         let n = r.read(&i, offset, &mut buf)?;
@@ -173,7 +160,7 @@ impl Workspace {
     pub fn xattr(&self, fuse_ino: u64, name: &[u8]) -> Result<bytes::Bytes, Error> {
         match self.at(fuse_ino)? {
             Some((r, ino, _)) => r.xattr(ino, name),
-            None => Err(Error::posix(forkfs::error::Posix::NoAttr, "no attribute")),
+            None => Err(Error::posix(Posix::NoAttr, "no attribute")),
         }
     }
 

@@ -41,8 +41,8 @@ fn fresh_store(dir: &std::path::Path, name: &str) -> Store {
 /// Latency of snapshot (clean and after 10 MiB of writes) and fork for a
 /// volume of `size` bytes holding 1 GiB of data spread over its whole range.
 fn latency(store: &Store, name: &str, size: u64) -> (Duration, Duration, Duration) {
-    store.create_volume(name, VolumeKind::Block, Some(size), None).unwrap();
-    let head = store.open_volume(name).unwrap();
+    store.volumes().create(name, VolumeKind::Block, Some(size), None).unwrap();
+    let head = store.volumes().open_block(name).unwrap();
     let bs = 64 * 1024u64;
     let blocks = GIB / bs;
     let stride = size / GIB; // spread 1 GiB of data over the whole volume
@@ -52,11 +52,11 @@ fn latency(store: &Store, name: &str, size: u64) -> (Duration, Duration, Duratio
         fill_random(&mut buf, &mut seed);
         head.write_at(i * stride * bs, &buf).unwrap();
     }
-    store.snapshot(name, &SnapshotOptions::default()).unwrap();
+    store.graph().snapshot(name, &SnapshotOptions::default()).unwrap();
     let (mut clean, mut dirty, mut fork) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..7 {
         let t = Instant::now();
-        store.snapshot(name, &SnapshotOptions::default()).unwrap();
+        store.graph().snapshot(name, &SnapshotOptions::default()).unwrap();
         clean.push(t.elapsed());
         for j in 0..(10 * MIB / bs) {
             fill_random(&mut buf, &mut seed);
@@ -64,10 +64,10 @@ fn latency(store: &Store, name: &str, size: u64) -> (Duration, Duration, Duratio
             head.write_at(blk * stride * bs, &buf).unwrap();
         }
         let t = Instant::now();
-        let v = store.snapshot(name, &SnapshotOptions::default()).unwrap();
+        let v = store.graph().snapshot(name, &SnapshotOptions::default()).unwrap();
         dirty.push(t.elapsed());
         let t = Instant::now();
-        store.fork(&v, &format!("{name}-fork{round}")).unwrap();
+        store.graph().fork(&v, &format!("{name}-fork{round}")).unwrap();
         fork.push(t.elapsed());
     }
     (median(clean), median(dirty), median(fork))
@@ -75,8 +75,8 @@ fn latency(store: &Store, name: &str, size: u64) -> (Duration, Duration, Duratio
 
 fn throughput(store: &Store) {
     let size = GIB;
-    store.create_volume("tput", VolumeKind::Block, Some(size), None).unwrap();
-    let head = store.open_volume("tput").unwrap();
+    store.volumes().create("tput", VolumeKind::Block, Some(size), None).unwrap();
+    let head = store.volumes().open_block("tput").unwrap();
     let mut seed = 42u64;
     let mut buf = vec![0u8; MIB as usize];
     let mut gen_time = Duration::ZERO;
@@ -90,12 +90,12 @@ fn throughput(store: &Store) {
     head.flush().unwrap();
     let write = t.elapsed() - gen_time;
     let t = Instant::now();
-    let v = store.snapshot("tput", &SnapshotOptions::default()).unwrap();
+    let v = store.graph().snapshot("tput", &SnapshotOptions::default()).unwrap();
     let checkpoint = t.elapsed();
     // Read the committed version back (chunk cache is 256 MiB: mostly misses).
     let t = Instant::now();
     for i in 0..(size / MIB) {
-        forkfs::volume::block::read_version(store, &v, i * MIB, &mut buf).unwrap();
+        store.graph().frozen(&v).read_at(i * MIB, &mut buf).unwrap();
     }
     let read = t.elapsed();
     let t = Instant::now();
@@ -117,24 +117,24 @@ fn throughput(store: &Store) {
 
 fn dedupe(store: &Store) {
     let size = GIB;
-    store.create_volume("base", VolumeKind::Block, Some(size), None).unwrap();
-    let head = store.open_volume("base").unwrap();
+    store.volumes().create("base", VolumeKind::Block, Some(size), None).unwrap();
+    let head = store.volumes().open_block("base").unwrap();
     let mut seed = 7u64;
     let mut buf = vec![0u8; MIB as usize];
     for i in 0..(size / MIB) {
         fill_random(&mut buf, &mut seed);
         head.write_at(i * MIB, &buf).unwrap();
     }
-    let v = store.snapshot("base", &SnapshotOptions::default()).unwrap();
+    let v = store.graph().snapshot("base", &SnapshotOptions::default()).unwrap();
     for f in 0..10u64 {
         let name = format!("fork{f}");
-        store.fork(&v, &name).unwrap();
-        let h = store.open_volume(&name).unwrap();
+        store.graph().fork(&v, &name).unwrap();
+        let h = store.volumes().open_block(&name).unwrap();
         for j in 0..10u64 {
             fill_random(&mut buf, &mut seed);
             h.write_at(((f * 97 + j * 13) % (size / MIB)) * MIB, &buf).unwrap();
         }
-        store.snapshot(&name, &SnapshotOptions::default()).unwrap();
+        store.graph().snapshot(&name, &SnapshotOptions::default()).unwrap();
     }
     let s = store.stats().unwrap();
     println!(

@@ -22,9 +22,9 @@
 //! both series, `0 9 99 999` forks); results are recorded in
 //! docs/BENCHMARKS.md.
 
-use forkfs::check::{CheckOptions, CheckReport};
-use forkfs::gc::{GcOptions, GcReport};
-use forkfs::progress::Progress;
+use forkfs::Progress;
+use forkfs::{CheckOptions, CheckReport};
+use forkfs::{GcOptions, GcReport};
 use forkfs::{SnapshotOptions, Store, StoreConfig, VersionRecord, VolumeKind};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -182,8 +182,8 @@ impl Bench {
         let _ = std::fs::remove_dir_all(&dir);
         let t = Instant::now();
         let store = Store::init(&dir, StoreConfig::default()).expect("init store");
-        store.create_volume("base", VolumeKind::Block, Some(GIB), None).expect("create base");
-        let head = store.open_volume("base").expect("open base");
+        store.volumes().create("base", VolumeKind::Block, Some(GIB), None).expect("create base");
+        let head = store.volumes().open_block("base").expect("open base");
         let mut seed = 0x5eed_0001u64;
         let mut buf = vec![0u8; MIB as usize];
         for i in 0..(GIB / MIB) {
@@ -191,7 +191,8 @@ impl Bench {
             head.write_at(i * MIB, &buf).expect("write base");
         }
         drop(head);
-        let base = store.snapshot("base", &SnapshotOptions::default()).expect("snapshot base");
+        let base =
+            store.graph().snapshot("base", &SnapshotOptions::default()).expect("snapshot base");
         drop(store);
         (Bench { dir, writes, base, live: VecDeque::new(), made: 0 }, t.elapsed())
     }
@@ -205,14 +206,14 @@ impl Bench {
             let name = format!("fork{:04}", self.made);
             let mut seed = 0x9e37_79b9_7f4a_7c15 ^ self.made;
             self.made += 1;
-            store.fork(&self.base, &name).expect("fork");
-            let head = store.open_volume(&name).expect("open fork");
+            store.graph().fork(&self.base, &name).expect("fork");
+            let head = store.volumes().open_block(&name).expect("open fork");
             for block in self.writes.blocks(&mut seed) {
                 fill_random(&mut buf, &mut seed);
                 head.write_at(block * BLOCK, &buf).expect("write fork");
             }
             drop(head);
-            store.snapshot(&name, &SnapshotOptions::default()).expect("snapshot fork");
+            store.graph().snapshot(&name, &SnapshotOptions::default()).expect("snapshot fork");
             self.live.push_back(name);
         }
         t.elapsed()
@@ -223,7 +224,7 @@ impl Bench {
         let store = Store::open(&self.dir).expect("open store");
         let n = self.live.len() / 2;
         for name in self.live.drain(..n) {
-            store.delete_volume(&name).expect("delete fork");
+            store.volumes().delete(&name).expect("delete fork");
         }
         n
     }

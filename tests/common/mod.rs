@@ -12,6 +12,17 @@ pub fn forkfs_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_forkfs"))
 }
 
+/// Environment variables every forkfs process on a store gets (a test's
+/// own settings, e.g. short leases), without touching this process's.
+static STORE_ENV: std::sync::Mutex<Vec<(PathBuf, String, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Sets `key=value` for every forkfs process later run on `store`.
+pub fn store_env(store: &Path, key: &str, value: &str) {
+    let mut env = STORE_ENV.lock().unwrap();
+    env.push((store.to_path_buf(), key.to_string(), value.to_string()));
+}
+
 /// `forkfs --store STORE ARGS...`, with the credentials of the loopback
 /// S3 server (`s3::S3`; unused by local stores).
 pub fn command(store: &Path, args: &[&str]) -> Command {
@@ -19,6 +30,11 @@ pub fn command(store: &Path, args: &[&str]) -> Command {
     c.arg("--store").arg(store).args(args);
     c.env("AWS_ACCESS_KEY_ID", "test").env("AWS_SECRET_ACCESS_KEY", "test");
     c.env("AWS_REGION", "us-east-1");
+    for (s, k, v) in STORE_ENV.lock().unwrap().iter() {
+        if s == store {
+            c.env(k, v);
+        }
+    }
     c
 }
 

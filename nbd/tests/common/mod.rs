@@ -42,7 +42,7 @@ impl Server {
         {
             let s = forkfs::Store::init(&store, forkfs::StoreConfig::default()).unwrap();
             for (name, size) in volumes {
-                s.create_volume(name, forkfs::VolumeKind::Block, Some(*size), None).unwrap();
+                s.volumes().create(name, forkfs::VolumeKind::Block, Some(*size), None).unwrap();
             }
         }
         let sock = dir.path().join("nbd.sock");

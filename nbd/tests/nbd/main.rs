@@ -1,0 +1,14 @@
+//! forkfs-nbd through real NBD clients (libnbd's tools, qemu, nbdfuse +
+//! loop + kernel btrfs): the protocol and its errors, btrfs safe points
+//! and rollbacks, chaos with connections cut at random, and maintenance
+//! while serving. One test binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod btrfs;
+mod chaos;
+mod clients;
+mod consistency;
+mod errors;
+mod maintenance;

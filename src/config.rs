@@ -1,0 +1,98 @@
+//! Settings of one process and the parsers they share. The core never reads
+//! the environment: the binaries fill [`Settings`] (from flags and
+//! `FORKFS_*` variables, [`Settings::from_env`]) and pass it when they open
+//! a store. Sizes are binary everywhere (`8G` = 8 GiB, as on the command
+//! line); an environment variable that does not parse is ignored with a
+//! warning.
+
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How this process uses a store: overrides of the store's own settings
+/// and tuning that belongs to the host, not to the shared store. `None`
+/// everywhere means the store's configuration and the built-in defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Bytes a sequential read of a remote pack fetches ahead (0: off;
+    /// `None`: [`DEFAULT_READAHEAD`]). `FORKFS_READAHEAD`.
+    pub readahead: Option<u64>,
+    /// How long a read may wait for the object store before it fails
+    /// (0: no deadline; `None`: the store's). `FORKFS_READ_DEADLINE`.
+    pub read_deadline: Option<Duration>,
+    /// Bytes that may wait for upload before writers wait (`None`: the
+    /// store's). `FORKFS_PENDING_LIMIT`.
+    pub pending_limit: Option<u64>,
+    /// The term of the volume leases this process takes on a remote store
+    /// (`None`: [`DEFAULT_LEASE_TTL`]). `FORKFS_LEASE_TTL`.
+    pub lease_ttl: Option<Duration>,
+}
+
+pub const DEFAULT_READAHEAD: u64 = 2 << 20;
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+impl Settings {
+    /// The settings the `FORKFS_*` environment variables give.
+    pub fn from_env() -> Settings {
+        Settings {
+            readahead: env("FORKFS_READAHEAD", parse_size),
+            read_deadline: env("FORKFS_READ_DEADLINE", humantime::parse_duration),
+            pending_limit: env("FORKFS_PENDING_LIMIT", parse_size),
+            lease_ttl: env("FORKFS_LEASE_TTL", humantime::parse_duration),
+        }
+    }
+
+    pub fn readahead(&self) -> u64 {
+        self.readahead.unwrap_or(DEFAULT_READAHEAD)
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL)
+    }
+}
+
+/// Parses sizes like `64G`, `512MiB`, `1T`, `4096` (binary units).
+pub fn parse_size(s: &str) -> Result<u64> {
+    parse_size::Config::new()
+        .with_binary()
+        .parse_size(s)
+        .map_err(|e| Error::invalid(format!("bad size {s:?}: {e}")))
+}
+
+/// The value of environment variable `name` if `parse` accepts it; one it
+/// does not accept is ignored, with a warning.
+fn env<T, E: std::fmt::Display>(
+    name: &str,
+    parse: impl Fn(&str) -> std::result::Result<T, E>,
+) -> Option<T> {
+    let raw = std::env::var(name).ok()?;
+    match parse(&raw) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(error = %e, "{name} is not valid; ignored");
+            None
+        }
+    }
+}
+
+/// The store directory when none is given: `$XDG_DATA_HOME/forkfs`, else
+/// `~/.local/share/forkfs` (the same for every forkfs binary).
+pub fn default_store_dir() -> PathBuf {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data.join("forkfs")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_are_binary_and_bad_ones_are_invalid() {
+        assert_eq!(super::parse_size("8G").unwrap(), 8 << 30);
+        assert_eq!(super::parse_size("4096").unwrap(), 4096);
+        let e = super::parse_size("12zz").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
+    }
+}

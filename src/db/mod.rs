@@ -1,0 +1,147 @@
+//! The local database: one RocksDB per store, holding the chunk index (a
+//! cache of what the pack footers say) and the store's local state
+//! (volume, head and version records, the overlays of live heads).
+//!
+//! This layer owns opening, column families, batches and durability; the
+//! layers above own the keys and values of their column families:
+//! - `chunks`, `packs`: the chunk index (`cas::index`)
+//! - `meta`: string keys -> JSON records (`records::keys`)
+//! - `overlay`: dirty entries of live heads (`head::overlay`)
+//!
+//! One process opens a store at a time: [`lock::DirLock`], held as long as
+//! the database is open.
+//!
+//! Uses only the foundation (errors).
+
+pub mod lock;
+
+use crate::error::{Error, Result};
+use rocksdb::{
+    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options,
+    WriteBatch, WriteOptions,
+};
+use std::path::Path;
+
+pub use rocksdb::WriteBatch as Batch;
+
+pub const CF_CHUNKS: &str = "chunks";
+pub const CF_PACKS: &str = "packs";
+pub const CF_META: &str = "meta";
+pub const CF_OVERLAY: &str = "overlay";
+
+/// The database directory inside a store.
+pub const DIR: &str = "index";
+
+pub struct Db {
+    db: DB,
+    /// Released after the database closes (fields drop in order).
+    _lock: lock::DirLock,
+}
+
+impl Db {
+    /// Takes the lock of the store at `store_dir` (failing as "in use" if
+    /// another process holds it), then opens or creates its database. With
+    /// the lock held, RocksDB's own lock never meets another forkfs
+    /// process: what fails after it is the database itself, by kind.
+    pub fn open(store_dir: &Path) -> Result<Db> {
+        let lock = lock::DirLock::take(store_dir)?;
+        let path = store_dir.join(DIR);
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.increase_parallelism(2);
+        // The machine's hard limit is 20,000 fds, shared with FUSE and NBD clients.
+        opts.set_max_open_files(512);
+        let mut point = BlockBasedOptions::default();
+        point.set_bloom_filter(10.0, false);
+        let mut chunks = Options::default();
+        chunks.set_block_based_table_factory(&point);
+        // Dirty block data is large and short-lived: keep it out of the LSM
+        // in blob files so compactions do not rewrite it.
+        let mut overlay = Options::default();
+        overlay.set_block_based_table_factory(&point);
+        overlay.set_enable_blob_files(true);
+        overlay.set_min_blob_size(1024);
+        overlay.set_enable_blob_gc(true);
+        overlay.set_write_buffer_size(64 << 20);
+        let cfs = vec![
+            ColumnFamilyDescriptor::new(CF_CHUNKS, chunks),
+            ColumnFamilyDescriptor::new(CF_PACKS, Options::default()),
+            ColumnFamilyDescriptor::new(CF_META, Options::default()),
+            ColumnFamilyDescriptor::new(CF_OVERLAY, overlay),
+        ];
+        let db = DB::open_cf_descriptors(&opts, &path, cfs)
+            .map_err(|e| Error::from(e).context(format!("opening {}", path.display())))?;
+        Ok(Db { db, _lock: lock })
+    }
+
+    pub fn cf(&self, name: &str) -> &ColumnFamily {
+        self.db.cf_handle(name).expect("column families are created at open")
+    }
+
+    /// The RocksDB handle, for iterators and snapshots.
+    pub fn raw(&self) -> &DB {
+        &self.db
+    }
+
+    pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        Ok(self.db.write_opt(batch, &wo)?)
+    }
+
+    /// Makes everything written so far durable (syncs the WAL).
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.db.flush_wal(true)?)
+    }
+
+    pub fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.cf(CF_META), key.as_bytes())?)
+    }
+
+    /// All `meta` entries whose key starts with `prefix`, in key order.
+    pub fn scan_meta(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mode = IteratorMode::From(prefix.as_bytes(), Direction::Forward);
+        for item in self.db.iterator_cf(self.cf(CF_META), mode) {
+            let (k, v) = item?;
+            if !k.starts_with(prefix.as_bytes()) {
+                break;
+            }
+            let key = String::from_utf8(k.to_vec())
+                .map_err(|_| Error::corrupt("meta key is not UTF-8"))?;
+            out.push((key, v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// A `meta` record, decoded.
+    pub fn get_json<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        match self.get_meta(key)? {
+            Some(v) => Ok(Some(
+                serde_json::from_slice(&v)
+                    .map_err(|e| Error::corrupt(format!("record {key}: {e}")))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// Adds a `meta` record to `batch`.
+    pub fn put_json<T: serde::Serialize>(
+        &self,
+        b: &mut WriteBatch,
+        key: &str,
+        v: &T,
+    ) -> Result<()> {
+        b.put_cf(self.cf(CF_META), key.as_bytes(), serde_json::to_vec(v)?);
+        Ok(())
+    }
+
+    pub fn put_meta(&self, b: &mut WriteBatch, key: &str, v: impl AsRef<[u8]>) {
+        b.put_cf(self.cf(CF_META), key.as_bytes(), v);
+    }
+
+    pub fn delete_meta(&self, b: &mut WriteBatch, key: &str) {
+        b.delete_cf(self.cf(CF_META), key.as_bytes());
+    }
+}

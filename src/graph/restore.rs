@@ -1,0 +1,105 @@
+//! Restore (the head goes back to a version, undoably) and fork (a new
+//! volume starting at a version), both O(1) in the volume's size.
+
+use super::{Graph, Restored, SnapshotOptions};
+use crate::db::Batch;
+use crate::error::{Error, Result};
+use crate::head::fs::inode::META_KEY;
+use crate::head::overlay::{Dirty, Space};
+use crate::id::VolumeName;
+use crate::records::{HeadRecord, Origin, VersionRecord, VolumeKind, VolumeRecord, keys};
+
+impl Graph {
+    /// Creates volume `new_name` whose head starts at `from`. O(1): the new
+    /// head shares the version's root; nothing is copied.
+    pub fn fork(&self, from: &VersionRecord, new_name: &str) -> Result<VolumeRecord> {
+        let name = VolumeName::new(new_name)?;
+        let head = HeadRecord { base: Some(from.id), root: from.root, next_seq: 0 };
+        let mut rec = self.volumes.insert(
+            name,
+            from.kind,
+            from.size,
+            from.block_size,
+            Some(from.id),
+            head,
+        )?;
+        // A fork of a btrfs-mode disk is served the same way.
+        if let Ok(src) = self.volumes.get(from.volume_name.as_str())
+            && src.consistency != rec.consistency
+        {
+            rec = self.volumes.update(rec.name.as_str(), |r| {
+                r.consistency = src.consistency;
+                Ok(())
+            })?;
+        }
+        tracing::info!(from = %from.id.short(), volume = %rec.name, "fork");
+        Ok(rec)
+    }
+
+    /// Sets the head of `volume` to `to`. The old head is recorded as a
+    /// version first, so a restore can itself be undone; returns that version.
+    pub fn restore(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
+        let pre = self.restore_locked(volume, to)?;
+        let hooks: Vec<_> = self.restore_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
+        let done = Restored { volume, before: &pre, to };
+        for h in hooks {
+            h(&done);
+        }
+        Ok(pre)
+    }
+
+    fn restore_locked(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
+        let head = self.volumes.open(volume)?;
+        let rec = head.record().clone();
+        if to.kind != rec.kind || to.block_size != rec.block_size || to.size != rec.size {
+            return Err(Error::invalid(format!(
+                "version {} ({} {} bytes) does not fit volume {}",
+                to.id.short(),
+                to.kind,
+                to.size,
+                rec.name
+            )));
+        }
+        let _one = head.checkpoint.lock();
+        let _gate = head.gate.write();
+        head.check_live()?;
+        let pre = self.checkpoint(
+            &head,
+            &SnapshotOptions {
+                label: Some(format!("before restore to {}", to.id.short())),
+                origin: Some(Origin::Restore),
+                ..Default::default()
+            },
+            true,
+        )?;
+        let new_head = HeadRecord { base: Some(to.id), root: to.root, next_seq: pre.seq + 1 };
+        // Inode numbers never go back: one the kernel or an open file still
+        // knows must not name a different file after the restore.
+        let fs_meta = match rec.kind {
+            VolumeKind::Fs => Some(crate::head::fs::restored_meta(&head, to.root)?),
+            VolumeKind::Block => None,
+        };
+        // Unsealed writes of a deferred head belong to the tree being replaced.
+        let dropped = match head.as_block() {
+            Some(b) => b.discard_pending()?,
+            None => Default::default(),
+        };
+        if dropped.bytes > 0 {
+            tracing::info!(volume = %rec.name, bytes = dropped.bytes, "restore dropped unsealed writes");
+        }
+        self.volumes.put_head_object(rec.id, &new_head)?;
+        let mut b = Batch::default();
+        self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
+        head.overlay().clear(&mut b);
+        if let Some(m) = fs_meta {
+            head.overlay().put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(m));
+        }
+        self.db().write(b, true)?;
+        self.volumes.committed();
+        head.overlay().cleared();
+        head.set_state(new_head);
+        head.reload_zeroed()?;
+        tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");
+        Ok(pre)
+    }
+}

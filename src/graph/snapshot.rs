@@ -1,0 +1,150 @@
+//! Snapshot: a head becomes a new immutable version.
+//!
+//! Commit protocol (see docs/FORMAT.md): fold the overlay into a new root,
+//! seal the open pack (object put + fsync, then index), write the version
+//! object, then one synced RocksDB batch that records the version, moves
+//! the head and clears the overlay. A crash before that batch leaves the
+//! old head and the overlay as they were; after it, the version is
+//! complete because everything it names was durable first.
+
+use super::refs::check_tag;
+use super::{Graph, SnapshotOptions};
+use crate::db::Batch;
+use crate::error::{Error, Result};
+use crate::head::Head;
+use crate::id::VersionId;
+use crate::objects::keys as objects;
+use crate::records::{HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeKind, keys};
+
+impl Graph {
+    /// Records the head of `volume` as a new immutable version.
+    ///
+    /// Block volumes are folded while writers go on: the gate is held
+    /// exclusively only to rotate the data log at the start and to commit at
+    /// the end, so a client sees milliseconds of pause, not the fold.
+    pub fn snapshot(&self, volume: &str, opts: &SnapshotOptions) -> Result<VersionRecord> {
+        let head = self.volumes.open(volume)?;
+        let _one = head.checkpoint.lock();
+        if head.kind() == VolumeKind::Block {
+            return self.checkpoint(&head, opts, false);
+        }
+        let _gate = head.gate.write();
+        self.checkpoint(&head, opts, true)
+    }
+
+    /// Commits a version of `head`, whose checkpoint lock the caller holds.
+    /// `exclusive`: the caller holds the gate for the whole checkpoint
+    /// (fs volumes, restore); otherwise it is taken for the two short
+    /// phases only.
+    pub(super) fn checkpoint(
+        &self,
+        head: &Head,
+        opts: &SnapshotOptions,
+        exclusive: bool,
+    ) -> Result<VersionRecord> {
+        let rec = head.record().clone();
+        if let Some(n) = &opts.name {
+            check_tag(n)?;
+            if self.db().get_meta(&keys::tag(rec.id, n))?.is_some() {
+                return Err(Error::conflict(format!(
+                    "volume {} already has a version named {n}",
+                    rec.name
+                )));
+            }
+        }
+        // Phase 1: decide, and send new writes to a fresh log segment.
+        let (state, clean, floor) = {
+            let _g = (!exclusive).then(|| head.gate.write());
+            head.check_live()?;
+            let state = head.state();
+            let clean = head.is_clean()?;
+            if clean
+                && opts.skip_if_clean
+                && opts.name.is_none()
+                && let Some(base) = state.base
+                && let Ok(v) = self.version(&base)
+            {
+                return Ok(v);
+            }
+            let floor = if clean {
+                None
+            } else {
+                // Unsealed writes (deferred heads) may still need older segments.
+                let next = self.storage.log.rotate(rec.id)?;
+                let pending = head.block().and_then(|b| b.pending_min_segment());
+                Some(pending.map_or(next, |m| m.min(next)))
+            };
+            (state, clean, floor)
+        };
+        // Phase 2: fold and make everything the version names durable.
+        let _session = self.storage.chunks.write_session();
+        let (root, folded, generation) =
+            if clean { (state.root, Vec::new(), sealed_generation(head)) } else { head.fold()? };
+        self.storage.chunks.flush()?;
+        let version = VersionRecord {
+            format: RECORD_FORMAT,
+            id: VersionId([0; 16]),
+            volume: rec.id,
+            volume_name: rec.name.clone(),
+            seq: state.next_seq,
+            parents: state.base.into_iter().collect(),
+            root,
+            kind: rec.kind,
+            size: rec.size,
+            block_size: rec.block_size,
+            created_at_ms: crate::clock::now_ms(),
+            label: opts.label.clone(),
+            origin: opts.origin.unwrap_or(Origin::Manual),
+            pinned: opts.name.is_some(),
+            generation,
+        }
+        .seal()?;
+        self.storage.records.put_object(&objects::version(&version.id), &version)?;
+        // Phase 3: commit in one synced batch. The head object other hosts
+        // read names the durable version before (local objects) or after
+        // the commit, once the version's objects are uploaded (remote).
+        let new_head = HeadRecord { base: Some(version.id), root, next_seq: state.next_seq + 1 };
+        self.volumes.put_head_object(rec.id, &new_head)?;
+        {
+            let _g = (!exclusive).then(|| head.gate.write());
+            head.check_live()?;
+            let db = self.db();
+            let mut b = Batch::default();
+            db.put_json(&mut b, &keys::version(&version.id), &version)?;
+            db.put_meta(&mut b, &keys::log(rec.id, version.seq), version.id.to_string());
+            if let Some(n) = &opts.name {
+                db.put_meta(&mut b, &keys::tag(rec.id, n), version.id.to_string());
+            }
+            self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
+            if exclusive {
+                head.overlay().clear(&mut b);
+            } else {
+                // Entries rewritten during the fold are newer than the version: they stay.
+                head.overlay().delete_unchanged(&mut b, &folded)?;
+            }
+            if let Some(f) = floor {
+                self.db().put_json(&mut b, &keys::log_floor(rec.id), &f)?;
+            }
+            self.db().write(b, true)?;
+            head.set_state(new_head.clone());
+            head.reload_zeroed()?;
+        }
+        self.volumes.committed();
+        if !clean {
+            head.overlay().cleared();
+        }
+        if let Some(f) = floor {
+            self.storage.log.drop_below(rec.id, f)?;
+        }
+        tracing::info!(volume = %rec.name, version = %version.id.short(), origin = %version.origin, "snapshot");
+        if matches!(version.origin, Origin::Auto | Origin::SafePoint) {
+            self.auto_prune(rec.name.as_str());
+        }
+        Ok(version)
+    }
+}
+
+/// The generation of a deferred head's last seal.
+pub(super) fn sealed_generation(head: &Head) -> Option<u64> {
+    head.block().and_then(|b| b.sealed_generation())
+}

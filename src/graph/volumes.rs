@@ -1,0 +1,336 @@
+//! Volumes: creating, opening, changing and deleting them. Every caller in
+//! a process shares one live head per volume.
+
+use crate::db::Batch;
+use crate::error::{Error, ErrorKind, Result};
+use crate::head::{BlockHead, FsHead, Head, Storage};
+use crate::id::{VersionId, VolumeId, VolumeName};
+use crate::objects::keys as objects;
+use crate::records::{
+    Consistency, HeadRecord, Policy, RECORD_FORMAT, VolumeKind, VolumeRecord, keys,
+};
+use crate::sync::Remote;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+/// The capacity reported for fs volumes created without a size.
+pub const DEFAULT_FS_SIZE: u64 = 1 << 40;
+
+/// The volumes of a store.
+pub struct Volumes {
+    storage: Arc<Storage>,
+    /// The remote side of a store on S3, GCS or Azure.
+    remote: Option<Arc<Remote>>,
+    heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
+    /// Serializes changes to volume records and counters.
+    meta_lock: Mutex<()>,
+    default_block_size: u32,
+}
+
+impl Volumes {
+    pub(crate) fn new(
+        storage: Arc<Storage>,
+        remote: Option<Arc<Remote>>,
+        default_block_size: u32,
+    ) -> Volumes {
+        Volumes {
+            storage,
+            remote,
+            heads: Mutex::new(HashMap::new()),
+            meta_lock: Mutex::new(()),
+            default_block_size,
+        }
+    }
+
+    /// The volume named `name` (on a remote store, also one another host
+    /// created since this host last looked).
+    pub fn get(&self, name: &str) -> Result<VolumeRecord> {
+        if let Some(v) = self.storage.records.volume_named(name)? {
+            return Ok(v);
+        }
+        if let Some(r) = &self.remote
+            && r.import()? > 0
+            && let Some(v) = self.storage.records.volume_named(name)?
+        {
+            return Ok(v);
+        }
+        Err(Error::not_found(format!("no volume named {name:?}")))
+    }
+
+    /// Every volume, by name.
+    pub fn list(&self) -> Result<Vec<VolumeRecord>> {
+        self.storage.records.volumes()
+    }
+
+    /// The version a volume's head is based on (no lease needed).
+    pub fn head_base(&self, vol: &VolumeRecord) -> Result<Option<VersionId>> {
+        Ok(self.storage.records.head(vol.id)?.base)
+    }
+
+    /// Creates an empty volume. `size` is required for block volumes.
+    pub fn create(
+        &self,
+        name: &str,
+        kind: VolumeKind,
+        size: Option<u64>,
+        block_size: Option<u32>,
+    ) -> Result<VolumeRecord> {
+        let name = VolumeName::new(name)?;
+        let block_size = block_size.unwrap_or(self.default_block_size);
+        if !block_size.is_power_of_two() || !(4096..=(1 << 24)).contains(&block_size) {
+            return Err(Error::invalid("block size must be a power of two from 4 KiB to 16 MiB"));
+        }
+        let size = match (kind, size) {
+            (VolumeKind::Block, None) => {
+                return Err(Error::invalid("a block volume needs a size (e.g. --size 64G)"));
+            }
+            (VolumeKind::Block, Some(s)) if s == 0 || s % block_size as u64 != 0 => {
+                return Err(Error::invalid(format!(
+                    "size {s} is not a positive multiple of the block size {block_size}"
+                )));
+            }
+            (_, Some(s)) => s,
+            (VolumeKind::Fs, None) => DEFAULT_FS_SIZE,
+        };
+        let chunks = &self.storage.chunks;
+        let _session = chunks.write_session();
+        let root = match kind {
+            VolumeKind::Fs => crate::head::fs::initial_root(chunks.as_ref())?,
+            VolumeKind::Block => None,
+        };
+        let head = HeadRecord { base: None, root, next_seq: 0 };
+        self.insert(name, kind, size, block_size, None, head)
+    }
+
+    /// Writes a new volume record and head in one batch.
+    pub(crate) fn insert(
+        &self,
+        name: VolumeName,
+        kind: VolumeKind,
+        size: u64,
+        block_size: u32,
+        forked_from: Option<VersionId>,
+        head: HeadRecord,
+    ) -> Result<VolumeRecord> {
+        if let Some(r) = &self.remote {
+            r.import()?; // names and ids other hosts took
+        }
+        let chunks = &self.storage.chunks;
+        let db = &self.storage.db;
+        let _session = chunks.write_session();
+        let _g = self.meta_lock.lock();
+        if self.storage.records.volume_named(name.as_str())?.is_some() {
+            return Err(Error::conflict(format!("a volume named {name} already exists")));
+        }
+        let next: u64 = db.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
+        let rec = VolumeRecord {
+            format: RECORD_FORMAT,
+            id: VolumeId(next),
+            name,
+            kind,
+            size,
+            block_size,
+            created_at_ms: crate::clock::now_ms(),
+            forked_from,
+            retention: None,
+            auto_prune: true,
+            consistency: Default::default(),
+        };
+        // Nodes of a new root must be durable before anything names them.
+        chunks.flush()?;
+        let backend = chunks.backend();
+        let mut b = Batch::default();
+        match &self.remote {
+            None => {
+                self.storage.records.put_object(&objects::volume(rec.id), &rec)?;
+                self.storage.records.put_object(&objects::head(rec.id), &head)?;
+            }
+            Some(r) => {
+                // Hosts number volumes from what they have seen: never take
+                // an id another host took meanwhile.
+                let obj = crate::records::encode(&rec)?;
+                backend.put_or_same(&objects::volume(rec.id), obj, None).map_err(|e| {
+                    if e.kind() == ErrorKind::Conflict {
+                        Error::conflict(
+                            "another host created a volume at the same moment; try again",
+                        )
+                    } else {
+                        e
+                    }
+                })?;
+                // The head object is the creation's commit point (see
+                // sync/import.rs), put at once: until it is, other hosts do
+                // not see the volume, and could take its name.
+                r.create_head(&mut b, rec.id, &head)?;
+            }
+        }
+        db.put_json(&mut b, keys::NEXT_VOLUME_ID, &(next + 1))?;
+        db.put_json(&mut b, &keys::volume(rec.name.as_str()), &rec)?;
+        db.put_json(&mut b, &keys::head(rec.id), &head)?;
+        db.write(b, true)?;
+        Ok(rec)
+    }
+
+    /// Opens a block volume for reading and writing.
+    pub fn open_block(&self, name: &str) -> Result<BlockHead> {
+        BlockHead::new(self.open(name)?)
+    }
+
+    /// Opens an fs volume for reading and writing.
+    pub fn open_fs(&self, name: &str) -> Result<FsHead> {
+        FsHead::new(self.open(name)?)
+    }
+
+    /// Opens a volume's head. All callers in this process share one head
+    /// per volume.
+    pub(crate) fn open(&self, name: &str) -> Result<Arc<Head>> {
+        let rec = self.get(name)?;
+        let mut heads = self.heads.lock();
+        if let Some(h) = heads.get(&rec.id).and_then(Weak::upgrade) {
+            return Ok(h);
+        }
+        let (state, fence) = match &self.remote {
+            None => (self.storage.records.head(rec.id)?, None),
+            // Another host may hold it; once ours, start from the remote
+            // head. The publisher keeps the lease until the head is out.
+            Some(r) => {
+                let right = r.right(&rec)?;
+                (r.refresh_volume(&rec)?, Some(right))
+            }
+        };
+        let head = Arc::new(Head::new(self.storage.clone(), rec.clone(), state, fence)?);
+        heads.insert(rec.id, Arc::downgrade(&head));
+        Ok(head)
+    }
+
+    /// The head of `name` if this process has it open.
+    pub(crate) fn opened(&self, name: &str) -> Option<Arc<Head>> {
+        let rec = self.storage.records.volume_named(name).ok()??;
+        self.opened_id(rec.id)
+    }
+
+    pub(crate) fn opened_id(&self, id: VolumeId) -> Option<Arc<Head>> {
+        self.heads.lock().get(&id).and_then(Weak::upgrade)
+    }
+
+    /// Writes the head object other hosts (and a rebuild) read, before
+    /// the local commit of `rec`: stores that upload in the background
+    /// publish it after the commit instead (see [`Volumes::committed`]).
+    pub(crate) fn put_head_object(&self, vol: VolumeId, rec: &HeadRecord) -> Result<()> {
+        match &self.remote {
+            Some(_) => Ok(()),
+            None => self.storage.records.put_object(&objects::head(vol), rec),
+        }
+    }
+
+    /// A head changed in the local index: publish it (remote stores).
+    pub(crate) fn committed(&self) {
+        if let Some(r) = &self.remote {
+            r.committed();
+        }
+    }
+
+    /// Changes a volume record (object copy first, then the index).
+    pub(crate) fn update(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut VolumeRecord) -> Result<()>,
+    ) -> Result<VolumeRecord> {
+        let _g = self.meta_lock.lock();
+        let mut rec = self.get(name)?;
+        f(&mut rec)?;
+        self.storage.records.put_object(&objects::volume(rec.id), &rec)?;
+        let mut b = Batch::default();
+        self.storage.db.put_json(&mut b, &keys::volume(name), &rec)?;
+        self.storage.db.write(b, true)?;
+        Ok(rec)
+    }
+
+    /// Deletes a volume with its head, overlay, tags and versions. Space is
+    /// reclaimed by the next GC.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let rec = self.get(name)?;
+        let head = self.open(name)?;
+        let _one = head.checkpoint.lock();
+        let _gate = head.gate.write();
+        // No publishing pass may put the head object back after this.
+        let _pass = self.remote.as_ref().map(|r| r.pass_lock());
+        let _g = self.meta_lock.lock();
+        let db = &self.storage.db;
+        let versions = self.storage.records.log(&rec)?;
+        let mut b = Batch::default();
+        for key in [
+            keys::volume(name),
+            keys::head(rec.id),
+            keys::published(rec.id),
+            keys::log_floor(rec.id),
+            keys::unsealed(rec.id),
+        ] {
+            db.delete_meta(&mut b, &key);
+        }
+        for prefix in
+            [keys::log_prefix(rec.id), keys::tag_prefix(rec.id), keys::rollback_prefix(rec.id)]
+        {
+            for (k, _) in db.scan_meta(&prefix)? {
+                db.delete_meta(&mut b, &k);
+            }
+        }
+        for v in &versions {
+            db.delete_meta(&mut b, &keys::version(&v.id));
+            db.delete_meta(&mut b, &keys::damaged(&v.id));
+        }
+        self.storage.overlay(rec.id).clear(&mut b);
+        db.write(b, true)?;
+        let backend = self.storage.chunks.backend();
+        for v in &versions {
+            backend.delete(&objects::version(&v.id))?;
+        }
+        backend.delete(&objects::head(rec.id))?;
+        backend.delete(&objects::volume(rec.id))?;
+        if let Some(r) = &self.remote {
+            r.deleted(rec.id);
+        }
+        head.mark_deleted();
+        self.storage.log.drop_below(rec.id, u64::MAX)
+    }
+
+    /// Sets a block volume's consistency mode. A head open in this process
+    /// switches at once (to flush: what is pending is sealed first).
+    pub fn set_consistency(&self, volume: &str, mode: Consistency) -> Result<VolumeRecord> {
+        let rec = self.update(volume, |rec| {
+            if rec.kind != VolumeKind::Block {
+                return Err(Error::invalid(format!(
+                    "{volume} is not a block volume; consistency modes apply to disks"
+                )));
+            }
+            rec.consistency = mode;
+            Ok(())
+        })?;
+        if let Some(head) = self.opened(volume).and_then(|h| h.as_block()) {
+            head.set_deferred(mode == Consistency::Btrfs)?;
+        }
+        tracing::info!(volume, %mode, "consistency mode set");
+        Ok(rec)
+    }
+
+    /// Sets a volume's retention policy (`None`: the default) and whether
+    /// automatic checkpoints prune.
+    pub fn set_retention(
+        &self,
+        volume: &str,
+        policy: Option<Policy>,
+        auto_prune: bool,
+    ) -> Result<VolumeRecord> {
+        if let Some(p) = &policy
+            && (p.unit_ms == 0 || p.per_bucket == 0)
+        {
+            return Err(Error::invalid("retention unit and per-bucket count must be positive"));
+        }
+        self.update(volume, |rec| {
+            rec.retention = policy;
+            rec.auto_prune = auto_prune;
+            Ok(())
+        })
+    }
+}

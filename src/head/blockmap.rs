@@ -1,0 +1,176 @@
+//! Byte-addressed reads and writes over a map of fixed-size blocks (block
+//! index -> chunk id, absent = zeros) seen through a head's overlay. Serves
+//! both a block volume (one map) and the files of an fs volume (a map each).
+
+use super::overlay::{Dirty, Space};
+use super::{Found, View, is_zero};
+use crate::error::{Error, Result};
+use crate::id::ChunkId;
+use crate::map::{Map, MapRoot};
+use bytes::Bytes;
+use rocksdb::WriteBatch;
+
+/// One block map seen through a view: `(space, owner)` names its overlay
+/// group and `base` its committed root.
+pub struct BlockMap<'a> {
+    pub view: View<'a>,
+    pub space: Space,
+    pub owner: u64,
+    pub base: MapRoot,
+    pub block_size: u64,
+}
+
+impl BlockMap<'_> {
+    /// The current content of one block; `None` is a hole (zeros).
+    pub fn block(&self, idx: u64) -> Result<Option<Bytes>> {
+        match self.view.lookup(self.space, self.owner, idx, self.base)? {
+            None => Ok(None),
+            Some(Found::Data(d)) => Ok(Some(d)),
+            Some(Found::Value(v)) => {
+                let id = ChunkId::from_slice(&v)?;
+                let data = self.view.chunks().get(&id)?;
+                if data.len() as u64 != self.block_size {
+                    return Err(Error::corrupt(format!(
+                        "block {idx} is {} bytes, expected {}",
+                        data.len(),
+                        self.block_size
+                    )));
+                }
+                Ok(Some(data))
+            }
+        }
+    }
+
+    /// Fills `buf` from byte `offset`; holes read as zeros.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let bs = self.block_size;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let (idx, within) = (pos / bs, (pos % bs) as usize);
+            let n = ((bs as usize) - within).min(buf.len() - done);
+            let out = &mut buf[done..done + n];
+            match self.block(idx)? {
+                Some(data) => out.copy_from_slice(&data[within..within + n]),
+                None => out.fill(0),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Adds to `batch` the writes of `data` at `offset`. Partial blocks are
+    /// read, patched and written whole; the caller holds their stripes.
+    pub fn write(&self, batch: &mut WriteBatch, offset: u64, data: &[u8]) -> Result<()> {
+        self.patch(batch, offset, data.len() as u64, Some(data))
+    }
+
+    /// Adds to `batch` the zeroing of `len` bytes at `offset`: whole blocks
+    /// become holes (metadata only), partial ones are patched.
+    pub fn zero(&self, batch: &mut WriteBatch, offset: u64, len: u64) -> Result<()> {
+        self.patch(batch, offset, len, None)
+    }
+
+    fn patch(
+        &self,
+        batch: &mut WriteBatch,
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+    ) -> Result<()> {
+        let overlay = self.view.head()?.overlay();
+        for (idx, dirty) in self.patch_entries(offset, len, data)? {
+            overlay.put(batch, self.space, self.owner, idx, &dirty);
+        }
+        Ok(())
+    }
+
+    /// The block entries that write `data` (zeros if `None`) over `len`
+    /// bytes at `offset`: partial blocks are read, patched and logged
+    /// whole; the caller holds their stripes.
+    pub(crate) fn patch_entries(
+        &self,
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+    ) -> Result<Vec<(u64, Dirty)>> {
+        let bs = self.block_size;
+        let head = self.view.head()?;
+        let mut out = Vec::with_capacity(len.div_ceil(bs) as usize + 1);
+        let log = |data: &[u8]| -> Result<Dirty> {
+            Ok(Dirty::Logged(head.storage.log.append(head.record().id, data)?))
+        };
+        let mut done = 0u64;
+        while done < len {
+            let pos = offset + done;
+            let (idx, within) = (pos / bs, pos % bs);
+            let n = (bs - within).min(len - done);
+            let src = data.map(|d| &d[done as usize..(done + n) as usize]);
+            let dirty = if n == bs {
+                match src {
+                    Some(s) if !is_zero(s) => log(s)?,
+                    _ => Dirty::Delete,
+                }
+            } else {
+                let mut block = match self.block(idx)? {
+                    Some(b) => b.to_vec(),
+                    None => vec![0u8; bs as usize],
+                };
+                let range = within as usize..(within + n) as usize;
+                match src {
+                    Some(s) => block[range].copy_from_slice(s),
+                    None => block[range].fill(0),
+                }
+                if is_zero(&block) { Dirty::Delete } else { log(&block)? }
+            };
+            out.push((idx, dirty));
+            done += n;
+        }
+        Ok(out)
+    }
+
+    /// Adds to `batch` the removal of every block at or after `first`
+    /// (truncation). Cost: the blocks that exist there.
+    pub fn drop_from(&self, batch: &mut WriteBatch, first: u64) -> Result<()> {
+        let overlay = self.view.head()?.overlay();
+        let mut keys = Vec::new();
+        Map::new(self.view.chunks()).range(self.base, first, u64::MAX, &mut |k, _| {
+            keys.push(k);
+            true
+        })?;
+        for (k, _) in overlay.scan(self.space, self.owner, first, u64::MAX)? {
+            keys.push(k);
+        }
+        for k in keys {
+            overlay.put(batch, self.space, self.owner, k, &Dirty::Delete);
+        }
+        Ok(())
+    }
+
+    /// Block indexes that may hold data (overlay or base), in order.
+    pub fn allocated(&self, first: u64, last: u64) -> Result<Vec<u64>> {
+        let mut set = std::collections::BTreeSet::new();
+        Map::new(self.view.chunks()).range(self.base, first, last, &mut |k, _| {
+            set.insert(k);
+            true
+        })?;
+        let View::Live(head) = self.view else { return Ok(set.into_iter().collect()) };
+        if self.space == Space::Root {
+            if let Some(b) = head.block() {
+                set.retain(|k| !b.in_zeroed(*k));
+            }
+        }
+        for (k, d) in head.overlay().scan(self.space, self.owner, first, last)? {
+            match d {
+                Dirty::Delete => set.remove(&k),
+                _ => set.insert(k),
+            };
+        }
+        if self.space == Space::Root {
+            if let Some(b) = head.block() {
+                b.pending_allocated(&mut set, first, last);
+            }
+        }
+        Ok(set.into_iter().collect())
+    }
+}

@@ -1,0 +1,124 @@
+//! The fold: a head's overlay applied to its base root, giving the root of
+//! a new version. Cost: O(dirty entries), never O(volume size).
+
+use super::fs::inode::Inode;
+use super::overlay::{Dirty, RawEntry, Space};
+use super::{Head, block, is_zero};
+use crate::error::{Error, Result};
+use crate::map::{MapRoot, Update};
+use crate::records::VolumeKind;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+impl Head {
+    /// Folds the overlay into a new root and returns it with the entries it
+    /// folded. Cost: O(dirty entries).
+    ///
+    /// fs volumes: call with the gate held exclusively; the caller clears
+    /// the whole overlay in its commit batch. Block volumes may be folded
+    /// while writers go on (the overlay is read through one consistent
+    /// iterator and the base root does not move); the commit then deletes
+    /// only the folded entries that are still unchanged.
+    ///
+    /// Also returns the generation of the last seal the fold includes
+    /// (deferred heads).
+    pub(crate) fn fold(&self) -> Result<(MapRoot, Vec<RawEntry>, Option<u64>)> {
+        let base = self.state.read().root;
+        match self.record.kind {
+            VolumeKind::Block => {
+                let mut ups = BTreeMap::new();
+                let mut ranges = Vec::new();
+                let mut folded = Vec::new();
+                // A cut between seals, and the generation of the last one.
+                let db = self.db().raw();
+                let state = self
+                    .block()
+                    .ok_or_else(|| Error::corrupt("a block volume without block state"))?;
+                let (snap, generation) = state.with_sealed(|g| (db.snapshot(), g));
+                self.overlay().for_each_in(Some(&snap), &mut |e| {
+                    match (e.space, e.owner, &e.dirty) {
+                        (Space::Root, 0, _) => {
+                            if let Some(u) = self.resolve(e.dirty)? {
+                                ups.insert(e.key, u);
+                            }
+                        }
+                        (Space::Zeroed, 0, Dirty::Value(v)) => ranges.push(block::range_of(v)?),
+                        _ => {
+                            return Err(Error::corrupt(
+                                "block volume overlay holds a non-block entry",
+                            ));
+                        }
+                    }
+                    folded.push(e.raw);
+                    Ok(())
+                })?;
+                // Blocks written after a range was zeroed have entries and win.
+                for k in block::base_keys(self.map(), base, &ranges)? {
+                    ups.entry(k).or_insert(None);
+                }
+                let ups: Vec<Update> = ups.into_iter().collect();
+                Ok((self.map().apply(base, &ups)?, folded, generation))
+            }
+            VolumeKind::Fs => Ok((self.fold_fs(base)?, Vec::new(), None)),
+        }
+    }
+
+    /// Turns a dirty entry into a map update (`None`: no update), storing
+    /// data as a chunk. All-zero data becomes a delete: absent blocks read as zeros.
+    fn resolve(&self, d: Dirty) -> Result<Option<Option<Bytes>>> {
+        Ok(match d {
+            Dirty::Delete => Some(None),
+            Dirty::Value(v) => Some(Some(v)),
+            Dirty::Logged(r) => match self.read_logged(&r)? {
+                None => None,
+                Some(data) if is_zero(&data) => Some(None),
+                Some(data) => {
+                    let id = self.storage.chunks.put(&data)?;
+                    Some(Some(Bytes::copy_from_slice(&id.0)))
+                }
+            },
+        })
+    }
+
+    fn fold_fs(&self, base: MapRoot) -> Result<MapRoot> {
+        // Sub-maps (directories, file blocks) first, then the inode records
+        // that point at their new roots.
+        let mut inode_ups: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
+        let mut groups: BTreeMap<(Space, u64), Vec<Update>> = BTreeMap::new();
+        self.overlay().for_each(&mut |e| {
+            match e.space {
+                Space::Root => {
+                    if let Some(u) = self.resolve(e.dirty)? {
+                        inode_ups.insert(e.key, u);
+                    }
+                }
+                // Root entries come first: entries of an inode deleted
+                // since the last checkpoint are skipped, not stored.
+                _ if matches!(inode_ups.get(&e.owner), Some(None)) => {}
+                s => {
+                    if let Some(u) = self.resolve(e.dirty)? {
+                        groups.entry((s, e.owner)).or_default().push((e.key, u));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        for ((space, ino), ups) in groups {
+            let current = match inode_ups.get(&ino) {
+                Some(Some(v)) => v.clone(),
+                Some(None) => continue, // skipped above; kept for safety
+                None => match self.map().get(base, ino)? {
+                    Some(v) => v,
+                    None => continue,
+                },
+            };
+            let mut inode = Inode::decode(&current)?;
+            let sub = inode.content_root(space)?;
+            let new_sub = self.map().apply(sub, &ups)?;
+            inode.set_content_root(space, new_sub)?;
+            inode_ups.insert(ino, Some(Bytes::from(inode.encode())));
+        }
+        let ups: Vec<Update> = inode_ups.into_iter().collect();
+        self.map().apply(base, &ups)
+    }
+}

@@ -1,0 +1,106 @@
+//! fs volumes: a directory tree of inodes. Inode records live in the
+//! volume's root map, a map of entries per directory, a block map per
+//! large file (see docs/FORMAT.md). What the FUSE workspace serves.
+//!
+//! - [`reader`]: reads of any state (live or frozen) through a [`FsReader`];
+//! - [`ops`], [`rename`], [`xattr`]: changes, each one [`txn`] (one batch);
+//! - [`inode`]: the record formats;
+//! - [`changes`]: what changed between two states, as a kernel cache sees it.
+
+pub mod changes;
+pub mod inode;
+pub mod ops;
+pub mod reader;
+mod rename;
+mod txn;
+pub mod xattr;
+
+pub use changes::{FsChanges, fs_changes};
+pub use inode::{Content, FileKind, Inode, ROOT_INO, Time};
+pub use ops::{NewNode, RenameMode, SetAttr, never_open};
+pub use reader::{FsReader, NAME_MAX};
+
+use super::Head;
+use crate::error::{Error, Result};
+use crate::map::{Map, MapRoot, NodeStore};
+use crate::records::{VolumeKind, VolumeRecord};
+use bytes::Bytes;
+use inode::{META_KEY, Meta};
+use std::sync::Arc;
+
+/// A live fs volume, shared by everything in this process that uses it.
+#[derive(Clone)]
+pub struct FsHead(Arc<Head>);
+
+impl FsHead {
+    /// The fs API of `head`; fails for a block volume.
+    pub(crate) fn new(head: Arc<Head>) -> Result<FsHead> {
+        if head.kind() != VolumeKind::Fs {
+            return Err(Error::invalid(format!(
+                "volume {} is not an fs volume",
+                head.record().name
+            )));
+        }
+        Ok(FsHead(head))
+    }
+
+    /// The shared core (record, state, checkpoint locks).
+    pub fn head(&self) -> &Arc<Head> {
+        &self.0
+    }
+
+    pub fn record(&self) -> &VolumeRecord {
+        self.0.record()
+    }
+
+    /// A reader of the live state.
+    pub fn reader(&self) -> FsReader<'_> {
+        FsReader::live(&self.0)
+    }
+
+    /// fsync: makes every acknowledged change durable on local disk.
+    pub fn flush(&self) -> Result<()> {
+        self.0.flush()
+    }
+
+    /// True when nothing changed since the last checkpoint.
+    pub fn is_clean(&self) -> Result<bool> {
+        self.0.is_clean()
+    }
+}
+
+/// The root map of a new, empty fs volume: its record and the root directory.
+pub fn initial_root(nodes: &dyn NodeStore) -> Result<MapRoot> {
+    let now = Time::now();
+    let root = Inode {
+        ino: ROOT_INO,
+        kind: FileKind::Dir,
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        size: 0,
+        rdev: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        parent: ROOT_INO,
+        name: Bytes::new(),
+        content: Content::Entries(None),
+        xattrs: Vec::new(),
+        links: Vec::new(),
+    };
+    Map::new(nodes).apply(
+        None,
+        &[
+            (
+                META_KEY,
+                Some(Bytes::from(Meta { next_ino: ROOT_INO + 1, orphans: vec![] }.encode())),
+            ),
+            (ROOT_INO, Some(Bytes::from(root.encode()))),
+        ],
+    )
+}
+
+pub(crate) use reader::restored_meta;

@@ -1,0 +1,232 @@
+//! Reads of an fs volume's tree, live or frozen: inodes, directory
+//! listings (in stable cookie order), file bytes, path resolution. Reads go
+//! through a [`View`] (a live head or a frozen version).
+
+use super::inode::{
+    Content, DirEntry, FileKind, Inode, META_KEY, Meta, ROOT_INO, decode_entries, name_key,
+};
+use crate::cas::ChunkStore;
+use crate::error::{Error, Posix, Result};
+use crate::head::blockmap::BlockMap;
+use crate::head::overlay::{Dirty, Space};
+use crate::head::{Found, Head, View};
+use crate::map::{Map, MapRoot};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+pub const NAME_MAX: usize = 255;
+
+fn enoent(what: impl std::fmt::Display) -> Error {
+    Error::posix(Posix::NoEntry, format!("{what}: no such file or directory"))
+}
+
+/// Entries with their name keys, and the key to continue after.
+pub type Page = (Vec<(u64, DirEntry)>, Option<u64>);
+
+/// Read access to one state of an fs volume.
+#[derive(Clone, Copy)]
+pub struct FsReader<'a> {
+    pub view: View<'a>,
+    pub root: MapRoot,
+    pub block_size: u64,
+}
+
+impl<'a> FsReader<'a> {
+    /// The fs record (next inode number, orphans).
+    pub(crate) fn meta(&self) -> Result<Meta> {
+        match self.view.lookup(Space::Root, 0, META_KEY, self.root)? {
+            Some(Found::Value(v)) => Meta::decode(&v),
+            _ => Err(Error::corrupt("fs volume has no record")),
+        }
+    }
+
+    pub fn inode(&self, ino: u64) -> Result<Inode> {
+        match self.view.lookup(Space::Root, 0, ino, self.root)? {
+            Some(Found::Value(v)) => Inode::decode(&v),
+            Some(Found::Data(_)) => Err(Error::corrupt("inode map holds raw data")),
+            None => Err(enoent(format!("inode {ino}"))),
+        }
+    }
+
+    /// A reader of the live state of an fs head.
+    pub(crate) fn live(head: &'a Head) -> FsReader<'a> {
+        let block_size = head.record().block_size as u64;
+        FsReader { view: View::Live(head), root: head.state().root, block_size }
+    }
+
+    /// A reader of a frozen state of an fs volume: the tree at `root`,
+    /// whose files have blocks of `block_size` bytes.
+    pub fn frozen(chunks: &'a ChunkStore, root: MapRoot, block_size: u32) -> FsReader<'a> {
+        FsReader { view: View::Frozen(chunks), root, block_size: block_size as u64 }
+    }
+
+    pub(super) fn entries_at(&self, dir: &Inode, key: u64) -> Result<Vec<DirEntry>> {
+        let base = dir.content_root(Space::Dir)?;
+        match self.view.lookup(Space::Dir, dir.ino, key, base)? {
+            Some(Found::Value(v)) => decode_entries(&v),
+            Some(Found::Data(_)) => Err(Error::corrupt("directory map holds raw data")),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<DirEntry>> {
+        if dir.kind != FileKind::Dir {
+            return Err(Error::posix(
+                Posix::NotDir,
+                format!("inode {} is not a directory", dir.ino),
+            ));
+        }
+        Ok(self.entries_at(dir, name_key(name))?.into_iter().find(|e| e.name == name))
+    }
+
+    /// Entries of a directory with map key > `after` (0 = from the start),
+    /// in stable key order, each with its key as a readdir cookie.
+    pub fn list(&self, dir: &Inode, after: u64) -> Result<Vec<(u64, DirEntry)>> {
+        let mut out = Vec::new();
+        let mut at = after;
+        loop {
+            let (page, next) = self.list_page(dir, at, 4096)?;
+            out.extend(page);
+            match next {
+                Some(n) => at = n,
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// True when a directory has no entries. Cost: O(1) pages, except
+    /// right after mass deletions not yet folded.
+    pub fn is_empty(&self, dir: &Inode) -> Result<bool> {
+        let mut at = 0;
+        loop {
+            let (page, next) = self.list_page(dir, at, 1)?;
+            if !page.is_empty() {
+                return Ok(false);
+            }
+            match next {
+                Some(n) => at = n,
+                None => return Ok(true),
+            }
+        }
+    }
+
+    /// One page of [`FsReader::list`]: entries of about `limit` name groups
+    /// after key `after`, and the key to continue after (`None` at the
+    /// end). A page may be empty while more follow. Cost: O(limit).
+    pub fn list_page(&self, dir: &Inode, after: u64, limit: usize) -> Result<Page> {
+        let base = dir.content_root(Space::Dir)?;
+        if after == u64::MAX {
+            return Ok((Vec::new(), None));
+        }
+        let limit = limit.max(1);
+        let mut groups: BTreeMap<u64, Bytes> = BTreeMap::new();
+        let mut hi = u64::MAX;
+        Map::new(self.view.chunks()).range(base, after + 1, u64::MAX, &mut |k, v| {
+            groups.insert(k, v.clone());
+            if groups.len() >= limit {
+                hi = k;
+                return false;
+            }
+            true
+        })?;
+        if let View::Live(head) = self.view {
+            let dirty = head.overlay().scan_limit(Space::Dir, dir.ino, after + 1, hi, limit)?;
+            if dirty.len() >= limit {
+                hi = hi.min(dirty.last().expect("non-empty").0);
+            }
+            for (k, d) in dirty {
+                match d {
+                    Dirty::Value(v) => groups.insert(k, v),
+                    _ => groups.remove(&k),
+                };
+            }
+        }
+        let mut out = Vec::new();
+        for (k, v) in groups.range(..=hi) {
+            for e in decode_entries(v)? {
+                out.push((*k, e));
+            }
+        }
+        Ok((out, (hi != u64::MAX).then_some(hi)))
+    }
+
+    /// Reads file bytes at `offset`; returns how many were read (short at EOF).
+    pub fn read(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if offset >= inode.size {
+            return Ok(0);
+        }
+        let n = (inode.size - offset).min(buf.len() as u64) as usize;
+        match &inode.content {
+            Content::Inline(data) => {
+                buf[..n].fill(0);
+                let start = offset as usize;
+                if start < data.len() {
+                    let m = (data.len() - start).min(n);
+                    buf[..m].copy_from_slice(&data[start..start + m]);
+                }
+            }
+            Content::Blocks(base) => self.blocks(inode.ino, *base).read(offset, &mut buf[..n])?,
+            _ => return Err(Error::invalid(format!("inode {} is not a regular file", inode.ino))),
+        }
+        Ok(n)
+    }
+
+    pub(super) fn blocks(&self, ino: u64, base: MapRoot) -> BlockMap<'a> {
+        BlockMap {
+            view: self.view,
+            space: Space::File,
+            owner: ino,
+            base,
+            block_size: self.block_size,
+        }
+    }
+
+    /// Resolves an absolute or root-relative path, following no symlinks.
+    pub fn resolve(&self, path: &str) -> Result<Inode> {
+        let mut cur = self.inode(ROOT_INO)?;
+        for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            let e = self.lookup(&cur, part.as_bytes())?.ok_or_else(|| enoent(path))?;
+            cur = self.inode(e.ino)?;
+        }
+        Ok(cur)
+    }
+
+    /// The path of an inode's first link, from the parent pointers.
+    pub fn path_of(&self, inode: &Inode) -> Result<String> {
+        let mut parts = Vec::new();
+        let mut cur = inode.clone();
+        while cur.ino != ROOT_INO {
+            parts.push(String::from_utf8_lossy(&cur.name).into_owned());
+            cur = self.inode(cur.parent)?;
+            if parts.len() > 4096 {
+                return Err(Error::corrupt("parent pointers form a cycle"));
+            }
+        }
+        parts.reverse();
+        Ok(format!("/{}", parts.join("/")))
+    }
+}
+
+/// The fs record to stage when `head` is restored to `root`: the restored
+/// one, with the live head's next inode number if that is higher.
+pub(crate) fn restored_meta(head: &Head, root: MapRoot) -> Result<Bytes> {
+    let live = FsReader::live(head).meta()?;
+    let mut restored =
+        FsReader::frozen(&head.storage.chunks, root, head.record().block_size).meta()?;
+    restored.next_ino = restored.next_ino.max(live.next_ino);
+    Ok(Bytes::from(restored.encode()))
+}
+
+pub(super) fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::posix(
+            Posix::Invalid,
+            format!("invalid file name {:?}", String::from_utf8_lossy(name)),
+        ));
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::posix(Posix::NameTooLong, "file name longer than 255 bytes"));
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! One change to an fs volume, staged and then written in one RocksDB
+//! batch: inode records, directory entry groups and the volume record are
+//! read once, changed in memory, and land together or not at all.
+//!
+//! Callers hold the head's gate (shared) and its namespace lock, so nothing
+//! else changes the records a transaction read.
+
+use super::inode::{DirEntry, FileKind, Inode, META_KEY, Meta, Time, name_key};
+use super::reader::FsReader;
+use crate::error::{Error, Posix, Result};
+use crate::head::Head;
+use crate::head::overlay::{Dirty, Space};
+use bytes::Bytes;
+use rocksdb::WriteBatch;
+use std::collections::BTreeMap;
+
+pub(super) struct Txn<'a> {
+    head: &'a Head,
+    pub r: FsReader<'a>,
+    /// Staged inode records; `None` deletes the inode and its content.
+    inodes: BTreeMap<u64, Option<Inode>>,
+    /// Inodes read and not (yet) changed: each record is read once.
+    read: BTreeMap<u64, Inode>,
+    /// Staged entry groups: (directory, name key) -> entries.
+    groups: BTreeMap<(u64, u64), Vec<DirEntry>>,
+    /// The fs record as read, and as changed.
+    meta: Option<(Meta, Meta)>,
+    pub b: WriteBatch,
+    pub now: Time,
+}
+
+pub(super) fn name_of(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+impl<'a> Txn<'a> {
+    pub fn new(head: &'a Head) -> Txn<'a> {
+        Txn {
+            head,
+            r: FsReader::live(head),
+            inodes: BTreeMap::new(),
+            read: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            meta: None,
+            b: WriteBatch::default(),
+            now: Time::now(),
+        }
+    }
+
+    pub fn inode(&mut self, ino: u64) -> Result<Inode> {
+        match self.inodes.get(&ino) {
+            Some(Some(i)) => Ok(i.clone()),
+            Some(None) => Err(Error::posix(Posix::NoEntry, format!("inode {ino} was removed"))),
+            None => {
+                if let Some(i) = self.read.get(&ino) {
+                    return Ok(i.clone());
+                }
+                let i = self.r.inode(ino)?;
+                self.read.insert(ino, i.clone());
+                Ok(i)
+            }
+        }
+    }
+
+    /// An inode that must be a directory (ENOTDIR otherwise).
+    pub fn dir(&mut self, ino: u64) -> Result<Inode> {
+        let d = self.inode(ino)?;
+        if d.kind != FileKind::Dir {
+            return Err(Error::posix(Posix::NotDir, format!("inode {ino} is not a directory")));
+        }
+        Ok(d)
+    }
+
+    pub fn put(&mut self, inode: Inode) {
+        self.inodes.insert(inode.ino, Some(inode));
+    }
+
+    /// Deletes an inode (its directory entries or file blocks go with it
+    /// at the next checkpoint).
+    pub fn delete(&mut self, ino: u64) {
+        self.inodes.insert(ino, None);
+    }
+
+    fn group(&mut self, dir: u64, key: u64) -> Result<&mut Vec<DirEntry>> {
+        if !self.groups.contains_key(&(dir, key)) {
+            let d = self.dir(dir)?;
+            let loaded = self.r.entries_at(&d, key)?;
+            self.groups.insert((dir, key), loaded);
+        }
+        Ok(self.groups.get_mut(&(dir, key)).expect("loaded above"))
+    }
+
+    pub fn find(&mut self, dir: u64, name: &[u8]) -> Result<Option<DirEntry>> {
+        let g = self.group(dir, name_key(name))?;
+        Ok(g.iter().find(|e| e.name == name).cloned())
+    }
+
+    /// The entry `name` in `dir`, or ENOENT.
+    pub fn entry(&mut self, dir: u64, name: &[u8]) -> Result<DirEntry> {
+        self.find(dir, name)?.ok_or_else(|| {
+            Error::posix(Posix::NoEntry, format!("{}: no such file or directory", name_of(name)))
+        })
+    }
+
+    pub fn add_entry(&mut self, dir: u64, name: &[u8], ino: u64, kind: FileKind) -> Result<()> {
+        let e = DirEntry { name: Bytes::copy_from_slice(name), ino, kind };
+        let g = self.group(dir, name_key(name))?;
+        g.retain(|x| x.name != name);
+        g.push(e);
+        Ok(())
+    }
+
+    pub fn remove_entry(&mut self, dir: u64, name: &[u8]) -> Result<()> {
+        self.group(dir, name_key(name))?.retain(|x| x.name != name);
+        Ok(())
+    }
+
+    pub fn meta(&mut self) -> Result<&mut Meta> {
+        if self.meta.is_none() {
+            let m = self.r.meta()?;
+            self.meta = Some((m.clone(), m));
+        }
+        Ok(&mut self.meta.as_mut().expect("loaded above").1)
+    }
+
+    /// Touches a directory whose entries changed (mtime and ctime).
+    pub fn touch_dir(&mut self, dir: u64) -> Result<()> {
+        let mut d = self.dir(dir)?;
+        (d.mtime, d.ctime) = (self.now, self.now);
+        self.put(d);
+        Ok(())
+    }
+
+    /// Drops the link `name` of `inode` (for a directory also its "."). The
+    /// last link deletes it, unless `open` says a process still has it
+    /// open: then it is kept as an orphan until [`super::FsHead::release`].
+    pub fn unlink_inode(
+        &mut self,
+        mut inode: Inode,
+        name: (u64, &[u8]),
+        open: &dyn Fn(u64) -> bool,
+    ) -> Result<()> {
+        let dir = inode.kind == FileKind::Dir;
+        inode.drop_link(name.0, name.1);
+        inode.nlink = inode.nlink.saturating_sub(if dir { 2 } else { 1 });
+        inode.ctime = self.now;
+        if inode.nlink > 0 {
+            self.put(inode);
+        } else if !dir && open(inode.ino) {
+            self.meta()?.orphans.push(inode.ino);
+            self.put(inode);
+        } else {
+            self.delete(inode.ino);
+        }
+        Ok(())
+    }
+
+    pub fn commit(self) -> Result<()> {
+        let meta_changed = self.meta.as_ref().is_some_and(|(read, now)| read != now);
+        // Nothing changed (a release of a file that is no orphan): no write.
+        if self.inodes.is_empty() && self.groups.is_empty() && !meta_changed && self.b.is_empty() {
+            return Ok(());
+        }
+        let mut b = self.b;
+        let o = self.head.overlay();
+        for (ino, i) in &self.inodes {
+            match i {
+                Some(i) => {
+                    o.put(&mut b, Space::Root, 0, *ino, &Dirty::Value(Bytes::from(i.encode())))
+                }
+                // The inode's own entries (directory names, file blocks)
+                // stay until the next checkpoint, which folds around them
+                // (their owner is gone) and drops the whole overlay.
+                // Inode numbers are never reused, so nothing reads them;
+                // clearing them here took two RocksDB range deletions per
+                // unlink, and every later read paid for all of them.
+                None => o.put(&mut b, Space::Root, 0, *ino, &Dirty::Delete),
+            }
+        }
+        for ((dir, key), entries) in &self.groups {
+            if matches!(self.inodes.get(dir), Some(None)) {
+                continue;
+            }
+            let d = if entries.is_empty() {
+                Dirty::Delete
+            } else {
+                Dirty::Value(Bytes::from(super::inode::encode_entries(entries)))
+            };
+            o.put(&mut b, Space::Dir, *dir, *key, &d);
+        }
+        if let Some((_, m)) = self.meta.as_ref().filter(|_| meta_changed) {
+            o.put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(Bytes::from(m.encode())));
+        }
+        self.head.db().write(b, false)
+    }
+}

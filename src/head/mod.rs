@@ -1,0 +1,323 @@
+//! Live heads: the mutable state of a volume, a base root plus the
+//! overlay of everything written since, and the fold that turns them into a
+//! new root at a checkpoint.
+//!
+//! - [`Head`] is the core both kinds share: the record, the committed state,
+//!   the locks a checkpoint coordinates with, layered reads and the fold.
+//! - [`BlockHead`] (`block/`) is a disk: byte-addressed reads and writes,
+//!   range tombstones, deferred persistence for btrfs safe points.
+//! - [`FsHead`] (`fs/`) is a directory tree: inodes, directories, files.
+//! - [`Frozen`] reads a version; [`Opened`] is "a live head or a version".
+//! - [`overlay`] keeps dirty entries in the database, [`datalog`] their
+//!   block data in append-only segment files, [`blockmap`] reads and
+//!   patches byte ranges over a map of blocks (disks and files alike).
+//!
+//! Reads look in the overlay, then in the base tree. Writers share the
+//! `gate`; a checkpoint takes it exclusively only to start and to commit
+//! (block volumes) or throughout (fs volumes), and folds a consistent view,
+//! so a version contains exactly the writes acknowledged before a point.
+//!
+//! Uses the records, the map, the chunk store and the database below it.
+//! Knows nothing of hosts, leases or the version graph: a head's right to
+//! write arrives as a [`Fence`].
+
+pub mod block;
+pub mod blockmap;
+pub mod datalog;
+mod fold;
+mod frozen;
+pub mod fs;
+pub mod overlay;
+
+pub use block::{BlockHead, LayerStats, WeakBlockHead};
+pub(crate) use frozen::allocated_in_root;
+pub use frozen::{Frozen, Opened};
+pub use fs::FsHead;
+
+use crate::cas::ChunkStore;
+use crate::db::Db;
+use crate::error::{Error, ErrorKind, Result};
+use crate::id::VolumeId;
+use crate::map::{Map, MapRoot};
+use crate::records::{HeadRecord, Records, VolumeKind, VolumeRecord};
+use bytes::Bytes;
+use datalog::{DataLog, LogRef};
+use overlay::{Dirty, Overlay, Space};
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const STRIPES: usize = 64;
+
+/// The local storage every live head, and every layer above, works
+/// through: the database, the chunk store, the data log and the records.
+pub struct Storage {
+    pub db: Arc<Db>,
+    pub chunks: Arc<ChunkStore>,
+    pub log: DataLog,
+    pub records: Records,
+}
+
+impl Storage {
+    /// Durably syncs every write acknowledged so far: the data log first,
+    /// then the WAL of the overlay entries that name it.
+    pub fn sync(&self) -> Result<()> {
+        self.log.sync()?;
+        self.db.sync()
+    }
+
+    /// The overlay of volume `vol`.
+    pub fn overlay(&self, vol: VolumeId) -> Overlay<'_> {
+        Overlay::new(&self.db, vol)
+    }
+
+    /// Maps whose nodes live in the chunk store.
+    pub fn map(&self) -> Map<'_, ChunkStore> {
+        Map::new(self.chunks.as_ref())
+    }
+}
+
+/// A writer's right to change a volume, checked before every change: on a
+/// remote store, the volume's lease (see `sync/lease.rs`).
+pub trait Fence: Send + Sync {
+    /// Fails once the right is lost.
+    fn check(&self) -> Result<()>;
+}
+
+/// An open volume head, shared by everything in this process that uses
+/// the volume: the core of [`BlockHead`] and [`FsHead`].
+pub struct Head {
+    pub(crate) storage: Arc<Storage>,
+    record: VolumeRecord,
+    state: RwLock<HeadRecord>,
+    /// Shared by writers, exclusive for checkpoints and restores.
+    pub(crate) gate: RwLock<()>,
+    /// Serialize read-modify-write of the same block.
+    stripes: Vec<Mutex<()>>,
+    /// Serializes namespace and inode-record changes of an fs volume.
+    pub(crate) ns: Mutex<()>,
+    /// One checkpoint (or restore) of this head at a time.
+    pub(crate) checkpoint: Mutex<()>,
+    deleted: AtomicBool,
+    /// The state only block volumes have (range tombstones, deferred
+    /// persistence); `None` for fs volumes.
+    block: Option<block::State>,
+    /// This process's right to write the volume (remote stores).
+    fence: Option<Arc<dyn Fence>>,
+}
+
+/// What a reader sees: a live head (overlay over base) or a frozen
+/// version (its root alone, read from the chunk store).
+#[derive(Clone, Copy)]
+pub enum View<'a> {
+    Live(&'a Head),
+    Frozen(&'a ChunkStore),
+}
+
+impl<'a> View<'a> {
+    pub fn chunks(&self) -> &'a ChunkStore {
+        match self {
+            View::Live(h) => &h.storage.chunks,
+            View::Frozen(c) => c,
+        }
+    }
+
+    /// The head to write to; versions are read-only.
+    pub fn head(&self) -> Result<&'a Head> {
+        match self {
+            View::Live(h) => Ok(h),
+            View::Frozen(_) => Err(Error::read_only("versions are read-only")),
+        }
+    }
+
+    pub fn lookup(
+        &self,
+        space: Space,
+        owner: u64,
+        key: u64,
+        base: MapRoot,
+    ) -> Result<Option<Found>> {
+        match self {
+            View::Live(h) => h.lookup(space, owner, key, base),
+            View::Frozen(c) => Ok(Map::new(*c).get(base, key)?.map(Found::Value)),
+        }
+    }
+}
+
+/// A value found in the layered (overlay over base) view of a map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    Value(Bytes),
+    /// Dirty data not yet stored as a chunk.
+    Data(Bytes),
+}
+
+impl Head {
+    pub(crate) fn new(
+        storage: Arc<Storage>,
+        record: VolumeRecord,
+        state: HeadRecord,
+        fence: Option<Arc<dyn Fence>>,
+    ) -> Result<Head> {
+        let block = (record.kind == VolumeKind::Block).then(block::State::default);
+        let head = Head {
+            storage,
+            record,
+            state: RwLock::new(state),
+            gate: RwLock::new(()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            ns: Mutex::new(()),
+            checkpoint: Mutex::new(()),
+            deleted: AtomicBool::new(false),
+            block,
+            fence,
+        };
+        head.reload_zeroed()?;
+        Ok(head)
+    }
+
+    pub fn record(&self) -> &VolumeRecord {
+        &self.record
+    }
+
+    pub fn kind(&self) -> VolumeKind {
+        self.record.kind
+    }
+
+    /// The committed state: base version and root.
+    pub fn state(&self) -> HeadRecord {
+        self.state.read().clone()
+    }
+
+    pub(crate) fn set_state(&self, s: HeadRecord) {
+        *self.state.write() = s;
+    }
+
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::SeqCst);
+    }
+
+    /// Fails once the volume was deleted or this process lost the right
+    /// to write it.
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(Error::not_found(format!("volume {} was deleted", self.record.name)));
+        }
+        match &self.fence {
+            Some(f) => f.check(),
+            None => Ok(()),
+        }
+    }
+
+    /// Backpressure: a writer waits here (before any lock a checkpoint
+    /// needs) while a remote store's uploads are over their pending limit.
+    pub(crate) fn wait_for_uploads(&self) {
+        if let Some(o) = self.storage.chunks.backend().outbox() {
+            o.wait_for_room();
+        }
+    }
+
+    pub(crate) fn overlay(&self) -> Overlay<'_> {
+        self.storage.overlay(self.record.id)
+    }
+
+    pub(crate) fn map(&self) -> Map<'_, ChunkStore> {
+        self.storage.map()
+    }
+
+    pub(crate) fn db(&self) -> &Db {
+        &self.storage.db
+    }
+
+    /// The state of a block volume; `None` for fs volumes.
+    pub(crate) fn block(&self) -> Option<&block::State> {
+        self.block.as_ref()
+    }
+
+    /// Locks the stripes of blocks `first..=last` of map `owner`, in a fixed
+    /// order, so overlapping read-modify-writes never interleave.
+    pub(crate) fn lock_block_range(
+        &self,
+        owner: u64,
+        first: u64,
+        last: u64,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let stripe = |k: u64| {
+            ((k ^ owner.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+        };
+        let mut idx: Vec<usize> = if last - first >= STRIPES as u64 {
+            (0..STRIPES).collect()
+        } else {
+            (first..=last).map(stripe).collect()
+        };
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Looks a key up in the overlay (for block volumes, after the pending
+    /// layer), then in `base`.
+    pub(crate) fn lookup(
+        &self,
+        space: Space,
+        owner: u64,
+        key: u64,
+        base: MapRoot,
+    ) -> Result<Option<Found>> {
+        let block = self.block.as_ref().filter(|_| space == Space::Root);
+        if let Some(b) = block {
+            match b.pending_lookup(key) {
+                block::PendingLookup::Absent => {}
+                block::PendingLookup::Zero | block::PendingLookup::Entry(Dirty::Delete) => {
+                    return Ok(None);
+                }
+                block::PendingLookup::Entry(Dirty::Value(v)) => return Ok(Some(Found::Value(v))),
+                // Written by this process since the seal: a failed check is damage.
+                block::PendingLookup::Entry(Dirty::Logged(r)) => {
+                    return Ok(Some(Found::Data(self.storage.log.read(self.record.id, &r)?)));
+                }
+            }
+        }
+        match self.overlay().get(space, owner, key)? {
+            Some(Dirty::Delete) => Ok(None),
+            Some(Dirty::Value(v)) => Ok(Some(Found::Value(v))),
+            Some(Dirty::Logged(r)) => match self.read_logged(&r)? {
+                Some(d) => Ok(Some(Found::Data(d))),
+                None => Ok(self.map().get(base, key)?.map(Found::Value)),
+            },
+            None if block.is_some_and(|b| b.in_zeroed(key)) => Ok(None),
+            None => Ok(self.map().get(base, key)?.map(Found::Value)),
+        }
+    }
+
+    /// Reads dirty data from the log. Data whose overlay entry outlived it
+    /// (power lost before any flush made it durable) reads as `None`: that
+    /// write was never acknowledged as durable, so the older content stands.
+    fn read_logged(&self, r: &LogRef) -> Result<Option<Bytes>> {
+        match self.storage.log.read(self.record.id, r) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.kind() == ErrorKind::Corrupt => {
+                tracing::warn!(volume = %self.record.name, error = %e, "dropping unflushed write lost in a crash");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// True when nothing was written since the last checkpoint.
+    pub fn is_clean(&self) -> Result<bool> {
+        self.overlay().is_empty()
+    }
+
+    /// Makes every acknowledged write durable on local disk.
+    pub fn flush(&self) -> Result<()> {
+        self.storage.sync()
+    }
+}
+
+/// True when every byte is zero (such blocks are stored as holes).
+pub fn is_zero(b: &[u8]) -> bool {
+    let mut words = b.chunks_exact(16);
+    words.all(|c| u128::from_ne_bytes(c.try_into().expect("16 bytes")) == 0)
+        && words.remainder().iter().all(|x| *x == 0)
+}

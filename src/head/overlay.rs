@@ -1,0 +1,254 @@
+//! The dirty state of a volume head, kept in RocksDB until a checkpoint
+//! folds it into a new Merkle root.
+//!
+//! Key: volume id u64 BE | space u8 | owner u64 BE | key u64 BE (25 bytes), so
+//! one volume's entries are contiguous and each (space, owner) group is a
+//! sorted run ready for [`crate::map::Map::apply`].
+//! Value: tag u8 then payload: 0 delete, 1 literal map value, 2 reference
+//! to dirty data in the data log, to be stored as a chunk whose id becomes
+//! the map value.
+
+use super::datalog::LogRef;
+use crate::db::{CF_OVERLAY, Db};
+use crate::error::{Error, Result};
+use crate::id::VolumeId;
+use bytes::Bytes;
+use rocksdb::{Direction, IteratorMode, WriteBatch};
+
+/// Which map of a volume an entry belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Space {
+    /// The volume's root map: blocks of a block volume, inodes of an fs volume.
+    Root = 0,
+    /// The entries of directory `owner`.
+    Dir = 1,
+    /// The blocks of file `owner`.
+    File = 2,
+    /// Ranges of blocks of a block volume zeroed since the last checkpoint.
+    Zeroed = 3,
+}
+
+impl Space {
+    fn from_u8(b: u8) -> Result<Space> {
+        match b {
+            0 => Ok(Space::Root),
+            1 => Ok(Space::Dir),
+            2 => Ok(Space::File),
+            3 => Ok(Space::Zeroed),
+            _ => Err(Error::corrupt(format!("overlay space {b} is unknown"))),
+        }
+    }
+}
+
+/// One dirty entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dirty {
+    Delete,
+    Value(Bytes),
+    /// Block data waiting in the data log.
+    Logged(LogRef),
+}
+
+impl Dirty {
+    fn encode(&self) -> Vec<u8> {
+        let (tag, payload): (u8, &[u8]) = match self {
+            Dirty::Delete => (0, &[]),
+            Dirty::Value(v) => (1, v),
+            Dirty::Logged(r) => return [&[2u8][..], &r.encode()].concat(),
+        };
+        let mut out = Vec::with_capacity(1 + payload.len());
+        out.push(tag);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn decode(b: &[u8]) -> Result<Dirty> {
+        match b.split_first() {
+            Some((0, _)) => Ok(Dirty::Delete),
+            Some((1, v)) => Ok(Dirty::Value(Bytes::copy_from_slice(v))),
+            Some((2, r)) => Ok(Dirty::Logged(LogRef::decode(r)?)),
+            _ => Err(Error::corrupt("overlay entry has an unknown tag")),
+        }
+    }
+}
+
+pub const KEY_LEN: usize = 25;
+
+pub fn key(vol: VolumeId, space: Space, owner: u64, key: u64) -> [u8; KEY_LEN] {
+    let mut k = [0u8; KEY_LEN];
+    k[0..8].copy_from_slice(&vol.0.to_be_bytes());
+    k[8] = space as u8;
+    k[9..17].copy_from_slice(&owner.to_be_bytes());
+    k[17..25].copy_from_slice(&key.to_be_bytes());
+    k
+}
+
+/// Decodes a stored entry of any volume: (volume, space, owner, key, entry).
+pub fn decode_raw(k: &[u8], v: &[u8]) -> Result<(VolumeId, Space, u64, u64, Dirty)> {
+    if k.len() != KEY_LEN {
+        return Err(Error::corrupt("overlay key has the wrong length"));
+    }
+    Ok((
+        VolumeId(u64::from_be_bytes(k[0..8].try_into().expect("8 bytes"))),
+        Space::from_u8(k[8])?,
+        u64::from_be_bytes(k[9..17].try_into().expect("8 bytes")),
+        u64::from_be_bytes(k[17..25].try_into().expect("8 bytes")),
+        Dirty::decode(v)?,
+    ))
+}
+
+/// An entry exactly as stored (key, value).
+pub type RawEntry = (Box<[u8]>, Box<[u8]>);
+
+/// A decoded overlay entry.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub space: Space,
+    pub owner: u64,
+    pub key: u64,
+    pub dirty: Dirty,
+    /// The stored key and value, to tell later whether the entry changed.
+    pub raw: RawEntry,
+}
+
+/// The overlay of one volume.
+#[derive(Clone, Copy)]
+pub struct Overlay<'a> {
+    db: &'a Db,
+    vol: VolumeId,
+}
+
+impl<'a> Overlay<'a> {
+    pub fn new(db: &'a Db, vol: VolumeId) -> Self {
+        Overlay { db, vol }
+    }
+
+    pub fn get(&self, space: Space, owner: u64, k: u64) -> Result<Option<Dirty>> {
+        let cf = self.db.cf(CF_OVERLAY);
+        match self.db.raw().get_pinned_cf(cf, key(self.vol, space, owner, k))? {
+            Some(v) => Ok(Some(Dirty::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn put(&self, batch: &mut WriteBatch, space: Space, owner: u64, k: u64, d: &Dirty) {
+        batch.put_cf(self.db.cf(CF_OVERLAY), key(self.vol, space, owner, k), d.encode());
+    }
+
+    /// Entries of one (space, owner) group with `lo <= key <= hi`, in key order.
+    pub fn scan(&self, space: Space, owner: u64, lo: u64, hi: u64) -> Result<Vec<(u64, Dirty)>> {
+        self.scan_limit(space, owner, lo, hi, usize::MAX)
+    }
+
+    /// [`Overlay::scan`], stopping after `limit` entries.
+    pub fn scan_limit(
+        &self,
+        space: Space,
+        owner: u64,
+        lo: u64,
+        hi: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, Dirty)>> {
+        let start = key(self.vol, space, owner, lo);
+        let end = key(self.vol, space, owner, hi);
+        let mut out = Vec::new();
+        let cf = self.db.cf(CF_OVERLAY);
+        for item in self.db.raw().iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
+            let (k, v) = item?;
+            if k.len() != KEY_LEN || k[..] > end[..] || out.len() >= limit {
+                break;
+            }
+            let kk = u64::from_be_bytes(k[17..25].try_into().expect("8 bytes"));
+            out.push((kk, Dirty::decode(&v)?));
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` for every entry of the volume, grouped and sorted by
+    /// (space, owner, key).
+    pub fn for_each(&self, f: &mut dyn FnMut(Entry) -> Result<()>) -> Result<()> {
+        self.for_each_in(None, f)
+    }
+
+    /// [`Overlay::for_each`] as of a RocksDB snapshot (`None`: now).
+    pub fn for_each_in(
+        &self,
+        snap: Option<&rocksdb::Snapshot<'_>>,
+        f: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        let prefix = self.vol.0.to_be_bytes();
+        let cf = self.db.cf(CF_OVERLAY);
+        let mode = IteratorMode::From(&prefix, Direction::Forward);
+        let iter = match snap {
+            Some(s) => s.iterator_cf(cf, mode),
+            None => self.db.raw().iterator_cf(cf, mode),
+        };
+        for item in iter {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if k.len() != KEY_LEN {
+                return Err(Error::corrupt("overlay key has the wrong length"));
+            }
+            f(Entry {
+                space: Space::from_u8(k[8])?,
+                owner: u64::from_be_bytes(k[9..17].try_into().expect("8 bytes")),
+                key: u64::from_be_bytes(k[17..25].try_into().expect("8 bytes")),
+                dirty: Dirty::decode(&v)?,
+                raw: (k, v),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Adds to `batch` the removal of each entry still stored exactly as
+    /// given (entries rewritten since stay: they are newer).
+    pub fn delete_unchanged(&self, batch: &mut WriteBatch, entries: &[RawEntry]) -> Result<()> {
+        let cf = self.db.cf(CF_OVERLAY);
+        for (k, v) in entries {
+            if self.db.raw().get_pinned_cf(cf, k)?.is_some_and(|cur| cur[..] == v[..]) {
+                batch.delete_cf(cf, k);
+            }
+        }
+        Ok(())
+    }
+
+    /// True when the volume has no dirty entries.
+    pub fn is_empty(&self) -> Result<bool> {
+        let prefix = self.vol.0.to_be_bytes();
+        let cf = self.db.cf(CF_OVERLAY);
+        let mut it = self.db.raw().iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward));
+        match it.next() {
+            Some(item) => Ok(!item?.0.starts_with(&prefix)),
+            None => Ok(true),
+        }
+    }
+
+    /// Adds to `batch` the removal of every entry of this volume.
+    pub fn clear(&self, batch: &mut WriteBatch) {
+        let from = key(self.vol, Space::Root, 0, 0);
+        let to = (self.vol.0 + 1).to_be_bytes();
+        batch.delete_range_cf(self.db.cf(CF_OVERLAY), &from[..], &to[..]);
+    }
+
+    /// After the overlay was cleared: when the overlay's memtable holds
+    /// many entries, asks RocksDB to flush it in the background. Until a
+    /// flush drops them, the entries a range deletion covers stay in the
+    /// memtable and every iterator steps over them one by one (a clean
+    /// snapshot of a workspace that had just created 100k files took
+    /// 80 ms, all of it there).
+    pub fn cleared(&self) {
+        const DEAD_ENTRIES: u64 = 50_000;
+        let cf = self.db.cf(CF_OVERLAY);
+        let n = self.db.raw().property_int_value_cf(cf, "rocksdb.num-entries-active-mem-table");
+        if matches!(n, Ok(Some(n)) if n >= DEAD_ENTRIES) {
+            let mut fo = rocksdb::FlushOptions::default();
+            fo.set_wait(false);
+            if let Err(e) = self.db.raw().flush_cf_opt(cf, &fo) {
+                tracing::warn!(error = %e, "overlay flush request failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! Maintenance: the commands `forkfs-fsck` drives, added to [`Store`] the
+//! way a repository's commands are (one file per command family).
+//!
+//! - [`check`]: verify packs, the index, records and every tree (`fsck`);
+//! - [`repair`]: rebuild the index from pack footers, salvage damaged
+//!   packs, restore records from their object copies, mark damage;
+//! - [`gc`]: tracing garbage collection with pack compaction;
+//! - [`stats`]: what `forkfs status` shows;
+//! - [`reach`]: the walk from roots to every node and data chunk that
+//!   check and gc share.
+//!
+//! Uses the store and everything below it.
+//!
+//! [`Store`]: crate::store::Store
+
+pub mod check;
+pub mod gc;
+pub mod reach;
+pub mod repair;
+pub mod stats;
+
+pub use check::{CheckOptions, CheckReport};
+pub use gc::{GcOptions, GcReport};
+pub use repair::RepairReport;
+pub use stats::{StoreStats, VolumeStats};

@@ -1,0 +1,62 @@
+//! Keys of the records in the `meta` column family of the local database:
+//! the one place that knows them.
+
+use crate::id::{VersionId, VolumeId};
+
+pub const NEXT_VOLUME_ID: &str = "next-volume-id";
+/// Prefix of every volume record (keyed by name).
+pub const VOLUME_PREFIX: &str = "vol/";
+/// Prefix of every version record.
+pub const VERSION_PREFIX: &str = "ver/";
+/// Prefix of every head record.
+pub const HEAD_PREFIX: &str = "head/";
+
+pub fn volume(name: &str) -> String {
+    format!("vol/{name}")
+}
+pub fn head(v: VolumeId) -> String {
+    format!("head/{:016x}", v.0)
+}
+/// Remote stores: the head this host last published to (or took from)
+/// the object store; the local head differs while a publish is due.
+pub fn published(v: VolumeId) -> String {
+    format!("published/{:016x}", v.0)
+}
+pub fn version(id: &VersionId) -> String {
+    format!("ver/{id}")
+}
+pub fn log_prefix(v: VolumeId) -> String {
+    format!("log/{:016x}/", v.0)
+}
+pub fn log(v: VolumeId, seq: u64) -> String {
+    format!("log/{:016x}/{seq:016x}", v.0)
+}
+/// The first data log segment the volume's overlay may still name.
+pub fn log_floor(v: VolumeId) -> String {
+    format!("logfloor/{:016x}", v.0)
+}
+/// Prefix of every damage mark.
+pub const DAMAGED_PREFIX: &str = "damaged/";
+/// Set by `fsck --repair` on a version that references missing data.
+pub fn damaged(id: &VersionId) -> String {
+    format!("damaged/{id}")
+}
+/// Present while a deferred head holds unsealed writes (see
+/// `head/block/deferred.rs`); found at open, it means a process died with them.
+pub fn unsealed(v: VolumeId) -> String {
+    format!("unsealed/{:016x}", v.0)
+}
+pub const UNSEALED_PREFIX: &str = "unsealed/";
+pub fn rollback_prefix(v: VolumeId) -> String {
+    format!("rollback/{:016x}/", v.0)
+}
+/// A rollback of the head to its last sealed state (see `graph/rollback.rs`).
+pub fn rollback(v: VolumeId, at_ms: u64, seq: u64) -> String {
+    format!("rollback/{:016x}/{at_ms:016x}-{seq:08x}", v.0)
+}
+pub fn tag_prefix(v: VolumeId) -> String {
+    format!("tag/{:016x}/", v.0)
+}
+pub fn tag(v: VolumeId, name: &str) -> String {
+    format!("tag/{:016x}/{name}", v.0)
+}

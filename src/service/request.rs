@@ -1,0 +1,189 @@
+//! The control requests: what a command asks of the process that holds a
+//! store, and how that process answers them.
+
+use super::socket::Extensions;
+use crate::error::{Error, Result};
+use crate::graph::{SnapshotOptions, Target};
+use crate::maint::{CheckOptions, GcOptions};
+use crate::progress::Progress;
+use crate::records::{Consistency, Policy, VolumeKind};
+use crate::store::Store;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    Gc {
+        dry_run: bool,
+        grace_ms: u64,
+        compact_below: f64,
+    },
+    Check {
+        deep: bool,
+    },
+    Prune {
+        volume: String,
+        keep_recent: Option<usize>,
+        unit_ms: Option<u64>,
+        dry_run: bool,
+    },
+    Snapshot {
+        volume: String,
+        name: Option<String>,
+        label: Option<String>,
+    },
+    /// Fork `source` (VOL for its current state, or VOL@VERSION) as `new`.
+    Fork {
+        source: String,
+        new: String,
+    },
+    /// Set the head of `volume` to `version` (VOL@VERSION or a version of `volume`).
+    Restore {
+        volume: String,
+        version: String,
+    },
+    /// Show (`None`) or set a block volume's consistency mode.
+    Consistency {
+        volume: String,
+        mode: Option<Consistency>,
+    },
+    /// The version graph of `volume`: versions (with names and damage
+    /// marks), rollbacks and the head's base.
+    Log {
+        volume: String,
+    },
+    /// What changed from `from` to `to` (VOL for a head, VOL@VERSION;
+    /// `to` defaults to the head of `from`'s volume).
+    Diff {
+        from: String,
+        to: Option<String>,
+    },
+    /// Every volume of the store.
+    Volumes,
+    /// Volumes, sizes, stored bytes, cache and uploads ([`Store::stats`]).
+    Status,
+    /// Records a version of each volume (or of `volume`) that has changes
+    /// not yet in one, and syncs the store (see [`Store::sync`]).
+    Sync {
+        volume: Option<String>,
+    },
+    CreateVolume {
+        name: String,
+        kind: VolumeKind,
+        size: Option<u64>,
+        block_size: Option<u32>,
+    },
+    /// A front-end's own request, served by the handler the holding
+    /// process registered ([`super::Server::extend`]).
+    Extension {
+        name: String,
+        args: serde_json::Value,
+    },
+}
+
+/// Runs a request against an open store; `extensions` serve the front-end
+/// requests this process registered.
+pub fn execute(
+    store: &Store,
+    extensions: &Extensions,
+    req: &Request,
+    progress: &dyn Progress,
+) -> Result<serde_json::Value> {
+    let (volumes, graph) = (store.volumes(), store.graph());
+    Ok(match req {
+        Request::Gc { dry_run, grace_ms, compact_below } => {
+            let opts = GcOptions {
+                dry_run: *dry_run,
+                grace: Duration::from_millis(*grace_ms),
+                compact_below: *compact_below,
+                ..Default::default()
+            };
+            serde_json::to_value(store.gc(&opts, progress)?)?
+        }
+        Request::Check { deep } => {
+            let opts = CheckOptions { deep: *deep };
+            serde_json::to_value(store.check_with(&opts, progress)?)?
+        }
+        Request::Prune { volume, keep_recent, unit_ms, dry_run } => {
+            let p = volumes.get(volume)?.retention.unwrap_or_default();
+            let policy = Policy {
+                keep_recent: keep_recent.unwrap_or(p.keep_recent),
+                unit_ms: unit_ms.unwrap_or(p.unit_ms).max(1),
+                ..p
+            };
+            let now = crate::clock::now_ms();
+            let pruned = graph.prune(volume, &policy, now, *dry_run)?;
+            serde_json::to_value(pruned.iter().map(|v| v.id.to_string()).collect::<Vec<_>>())?
+        }
+        Request::Snapshot { volume, name, label } => {
+            let opts =
+                SnapshotOptions { name: name.clone(), label: label.clone(), ..Default::default() };
+            serde_json::to_value(graph.snapshot(volume, &opts)?)?
+        }
+        Request::Fork { source, new } => {
+            let from = graph.resolve_version(source)?;
+            let rec = graph.fork(&from, new)?;
+            serde_json::json!({ "from": from, "volume": rec })
+        }
+        Request::Restore { volume, version } => {
+            let spec =
+                if version.contains('@') { version.clone() } else { format!("{volume}@{version}") };
+            let Target::Version(to) = graph.resolve(&spec)? else {
+                return Err(Error::invalid("restore needs a version"));
+            };
+            let pre = graph.restore(volume, &to)?;
+            serde_json::json!({ "restored": to, "previous_head": pre })
+        }
+        Request::Consistency { volume, mode: Some(m) } => {
+            serde_json::to_value(volumes.set_consistency(volume, *m)?)?
+        }
+        Request::Consistency { volume, mode: None } => serde_json::to_value(volumes.get(volume)?)?,
+        Request::Log { volume } => log(store, volume)?,
+        Request::Volumes => serde_json::to_value(volumes.list()?)?,
+        Request::Status => serde_json::to_value(store.stats()?)?,
+        Request::Sync { volume } => serde_json::to_value(store.sync(volume.as_deref())?)?,
+        Request::CreateVolume { name, kind, size, block_size } => {
+            serde_json::to_value(volumes.create(name, *kind, *size, *block_size)?)?
+        }
+        Request::Extension { name, args } => match extensions.get(name) {
+            Some(handler) => handler(args)?,
+            None => {
+                return Err(Error::conflict(format!(
+                    "the process holding the store at {} does not serve {name} requests",
+                    store.dir().display()
+                )));
+            }
+        },
+        Request::Diff { from, to } => {
+            let a = graph.resolve(from)?;
+            let b = match to {
+                Some(t) => graph.resolve(t)?,
+                None => Target::Head(volumes.get(a.volume_name().as_str())?),
+            };
+            serde_json::to_value(graph.diff(&a, &b)?)?
+        }
+    })
+}
+
+fn log(store: &Store, volume: &str) -> Result<serde_json::Value> {
+    let graph = store.graph();
+    let vol = store.volumes().get(volume)?;
+    let mut names: std::collections::HashMap<_, Vec<String>> = Default::default();
+    for (n, id) in graph.tags(&vol)? {
+        names.entry(id).or_default().push(n);
+    }
+    let mut versions = Vec::new();
+    for v in graph.log(&vol)? {
+        let mut j = serde_json::to_value(&v)?;
+        j["names"] = serde_json::json!(names.remove(&v.id).unwrap_or_default());
+        // Marks left by `fsck --repair` on versions that reference lost data.
+        j["damaged"] = serde_json::json!(graph.damaged(&v.id)?);
+        versions.push(j);
+    }
+    Ok(serde_json::json!({
+        "head_base": store.volumes().head_base(&vol)?,
+        "versions": versions,
+        "rollbacks": graph.rollbacks(&vol)?,
+    }))
+}

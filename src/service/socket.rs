@@ -1,0 +1,166 @@
+//! The control socket: how a command reaches a store that another process
+//! holds open (an NBD server, a mount). The store is single-process (its
+//! directory lock), so work on it runs inside the process that owns it.
+//!
+//! `<store>/control.sock`, a Unix socket (mode 0600): one JSON request per
+//! connection, one JSON response, then the connection closes.
+
+use super::request::{Request, execute};
+use crate::config::Settings;
+use crate::error::{Error, ErrorKind, Result};
+use crate::progress::{Progress, Quiet};
+use crate::store::Store;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub const SOCKET: &str = "control.sock";
+/// A request larger than this is refused.
+const MAX_REQUEST: u64 = 64 << 10;
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "kebab-case")]
+enum Response {
+    Ok(serde_json::Value),
+    Err { kind: ErrorKind, message: String },
+}
+
+/// Runs a request on the store at `dir`: here when the store is free
+/// (opened for this one request), else inside the process that holds it.
+pub fn run(
+    dir: &Path,
+    settings: &Settings,
+    req: &Request,
+    progress: &dyn Progress,
+) -> Result<serde_json::Value> {
+    match Store::open_with(dir, settings) {
+        Ok(store) => execute(&store, &Extensions::default(), req, progress),
+        Err(e) if e.is_store_in_use() && dir.join(SOCKET).exists() => call(dir, req),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends a request to the process that holds the store at `dir`.
+pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
+    let path = dir.join(SOCKET);
+    let mut s = UnixStream::connect(&path).map_err(|e| {
+        Error::conflict(format!(
+            "the store at {} is in use by another process, and its control socket does not answer ({e})",
+            dir.display()
+        ))
+    })?;
+    serde_json::to_writer(&mut s, req)?;
+    s.write_all(b"\n")?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    match serde_json::from_str::<Response>(&line) {
+        Ok(Response::Ok(v)) => Ok(v),
+        Ok(Response::Err { kind, message }) => Err(Error::new(kind, message)),
+        Err(_) => Err(Error::new(
+            ErrorKind::Unavailable,
+            "the process holding the store closed the control connection without an answer",
+        )),
+    }
+}
+
+/// A running control socket. Dropping it stops the listener, waits for
+/// requests in progress, and so releases its handle on the store: the store
+/// (and RocksDB) must be closed before the process exits.
+pub struct Server {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    extensions: Extensions,
+}
+
+/// A front-end's handler of its own control requests: JSON in, JSON out.
+pub type Extension = Arc<dyn Fn(&serde_json::Value) -> Result<serde_json::Value> + Send + Sync>;
+
+/// The front-end requests a process serves, by name.
+#[derive(Clone, Default)]
+pub struct Extensions(Arc<Mutex<HashMap<String, Extension>>>);
+
+impl Extensions {
+    pub fn get(&self, name: &str) -> Option<Extension> {
+        self.0.lock().get(name).cloned()
+    }
+}
+
+impl Server {
+    /// Serves control requests named `name` with `handler` (a mount hosts
+    /// further mounts of the store it holds this way).
+    pub fn extend(&self, name: &str, handler: Extension) {
+        self.extensions.0.lock().insert(name.to_string(), handler);
+    }
+}
+
+/// Serves the control socket of `store` on a background thread. Call only
+/// while holding the store open (so any old socket file is stale).
+pub fn serve(store: Store) -> Result<Server> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = store.dir().join(SOCKET);
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let extensions = Extensions::default();
+    let served = extensions.clone();
+    let thread = std::thread::Builder::new().name("forkfs-control".into()).spawn(move || {
+        let mut requests: Vec<std::thread::JoinHandle<()>> = Vec::new();
+        for conn in listener.incoming() {
+            if flag.load(Ordering::SeqCst) {
+                break;
+            }
+            requests.retain(|t| !t.is_finished());
+            let Ok(conn) = conn else { continue };
+            let (store, served) = (store.clone(), served.clone());
+            let spawned = std::thread::Builder::new()
+                .name("forkfs-control-req".into())
+                .spawn(move || handle(&store, &served, conn));
+            requests.extend(spawned.ok());
+        }
+        for t in requests {
+            let _ = t.join();
+        }
+    })?;
+    Ok(Server { path, stop, thread: Some(thread), extensions })
+}
+
+fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
+    let mut line = String::new();
+    let mut reader = BufReader::new(std::io::Read::take(&conn, MAX_REQUEST));
+    let resp = match reader.read_line(&mut line) {
+        Ok(_) => match serde_json::from_str::<Request>(&line) {
+            Ok(req) => {
+                tracing::info!(?req, "control request");
+                execute(store, extensions, &req, &Quiet)
+            }
+            Err(e) => Err(Error::invalid(format!("bad control request: {e}"))),
+        },
+        Err(e) => Err(e.into()),
+    };
+    let resp = match resp {
+        Ok(v) => Response::Ok(v),
+        Err(e) => Response::Err { kind: e.kind(), message: e.to_string() },
+    };
+    let mut w = &conn;
+    let _ = serde_json::to_writer(&mut w, &resp).map(|_| w.write_all(b"\n"));
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = UnixStream::connect(&self.path);
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

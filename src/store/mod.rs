@@ -1,0 +1,274 @@
+//! A store: its directory, configuration and lock, and a thin handle over
+//! the services that do the work: [`Volumes`], the version [`Graph`], the
+//! [`ChunkStore`] and, on S3/GCS/Azure, the [`Remote`] side. Maintenance
+//! (check, repair, gc, stats) adds its commands in `maint/`.
+//!
+//! Directory layout: `forkfs.json` (configuration), `lock` (held while
+//! open), `index/` (RocksDB), `log/` (data log), `objects/` (the embedded
+//! object store, when no remote is configured), `outbox/` and `cache/`
+//! (remote stores).
+//!
+//! Uses every layer below it.
+
+pub mod config;
+mod sync;
+
+pub use config::{CONFIG_FILE, DEFAULT_BLOCK_SIZE, StoreConfig};
+pub use sync::Synced;
+
+use crate::cas::{ChunkConfig, ChunkIndex, ChunkStore};
+use crate::config::Settings;
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Volumes};
+use crate::head::Storage;
+use crate::head::datalog::DataLog;
+use crate::objects::{Backend, keys};
+use crate::records::{RECORD_FORMAT, Records, keys as meta_keys};
+use crate::sync::Remote;
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+struct Inner {
+    dir: PathBuf,
+    config: StoreConfig,
+    graph: Graph,
+    volumes: Arc<Volumes>,
+    /// Dropped after the services that hold it: closing publishes what
+    /// this process committed (see `sync/mod.rs`).
+    remote: Option<Arc<Remote>>,
+    storage: Arc<Storage>,
+    /// One GC at a time.
+    gc_lock: Mutex<()>,
+}
+
+/// An open store; cheap to clone, safe to share between threads.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl Store {
+    /// Creates a new store in `dir` (which may exist but must not hold a store).
+    pub fn init(dir: &Path, config: StoreConfig) -> Result<Store> {
+        Store::init_with(dir, config, &Settings::default())
+    }
+
+    /// [`Store::init`] for a process with `settings`.
+    pub fn init_with(dir: &Path, config: StoreConfig, settings: &Settings) -> Result<Store> {
+        let cfg_path = dir.join(CONFIG_FILE);
+        if cfg_path.exists() {
+            return Err(Error::conflict(format!("a store already exists at {}", dir.display())));
+        }
+        if config.pack_target < 4096 || config.default_block_size < 4096 {
+            return Err(Error::invalid("pack target and block size must be at least 4 KiB"));
+        }
+        if !config.default_block_size.is_power_of_two() {
+            return Err(Error::invalid("block size must be a power of two"));
+        }
+        let mut config = config;
+        let mut existing = false;
+        if let Some(r) = &config.remote {
+            r.validate()?;
+            // A remote that holds a store already: join it, with its settings.
+            let (os, root) = r.open()?;
+            let backend = Backend::new(os, root, r.url.clone())?;
+            if let Some(theirs) = remote_config(&backend)? {
+                config = StoreConfig {
+                    remote: config.remote.clone(),
+                    disk_cache_bytes: config.disk_cache_bytes,
+                    ..theirs
+                };
+                existing = true;
+            } else {
+                let shared = StoreConfig { remote: None, ..config.clone() };
+                backend.put(&keys::store_config(), crate::records::encode(&shared)?)?;
+            }
+        }
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!("{CONFIG_FILE}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&config)?)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        let store = Store::open_config(dir, &config, settings)?;
+        if existing {
+            let publisher = store.remote().map(|r| r.publisher());
+            let attached = crate::sync::attach(store.storage(), publisher, &crate::progress::Quiet);
+            if let Err(e) = attached {
+                drop(store);
+                let _ = std::fs::remove_dir_all(dir.join(crate::db::DIR));
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        }
+        // The store exists once its config is in place, after the attach.
+        std::fs::rename(&tmp, &cfg_path)?;
+        Ok(store)
+    }
+
+    /// Opens an existing store, taking its exclusive lock.
+    pub fn open(dir: &Path) -> Result<Store> {
+        Store::open_with(dir, &Settings::default())
+    }
+
+    /// [`Store::open`] for a process with `settings`.
+    pub fn open_with(dir: &Path, settings: &Settings) -> Result<Store> {
+        let cfg_path = dir.join(CONFIG_FILE);
+        let raw = std::fs::read(&cfg_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::not_found(format!(
+                "no forkfs store at {} (create one with `forkfs init`)",
+                dir.display()
+            )),
+            _ => e.into(),
+        })?;
+        let config: StoreConfig = serde_json::from_slice(&raw)
+            .map_err(|e| Error::corrupt(format!("{}: {e}", cfg_path.display())))?;
+        if config.format != RECORD_FORMAT {
+            return Err(Error::corrupt(format!("store format {} is not supported", config.format)));
+        }
+        Store::open_config(dir, &config, settings)
+    }
+
+    fn open_config(dir: &Path, config: &StoreConfig, settings: &Settings) -> Result<Store> {
+        let config = config.clone();
+        let db = Arc::new(Db::open(dir)?);
+        let stall = config.remote.as_ref().map(|r| r.stall(settings));
+        let backend = Arc::new(match &config.remote {
+            None => Backend::local(dir.join("objects"))?,
+            Some(r) => {
+                let (os, root) = r.open()?;
+                let local = root.is_some();
+                let b = Backend::new(os, root, r.url.clone())?
+                    .with_read_deadline(r.read_deadline(settings));
+                // A `file://` remote takes its puts durably at once.
+                if local {
+                    b
+                } else {
+                    b.with_outbox(dir.join("outbox"), r.pending_limit(settings))?
+                }
+            }
+        });
+        let chunk_config = ChunkConfig {
+            pack_target: config.pack_target,
+            zstd_level: config.zstd_level,
+            cache_bytes: config.cache_bytes,
+            disk_cache: config
+                .remote
+                .as_ref()
+                .map(|_| (dir.join("cache"), config.disk_cache_bytes)),
+            readahead: settings.readahead(),
+        };
+        let index = ChunkIndex::new(db.clone());
+        let chunks = Arc::new(ChunkStore::new(backend.clone(), index, chunk_config));
+        let storage = Arc::new(Storage {
+            db: db.clone(),
+            chunks,
+            log: DataLog::open(dir.join("log"))?,
+            records: Records::new(db.clone(), backend.clone()),
+        });
+        // A store on S3/GCS/Azure (puts go through the outbox) has a
+        // remote side: leases, publishing, imports.
+        let remote = match (backend.outbox(), stall) {
+            (Some(_), Some(stall)) => {
+                Some(Remote::start(storage.clone(), stall, settings.lease_ttl())?)
+            }
+            _ => None,
+        };
+        let volumes =
+            Arc::new(Volumes::new(storage.clone(), remote.clone(), config.default_block_size));
+        let graph = Graph::new(storage.clone(), volumes.clone());
+        let store = Store {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                config,
+                graph,
+                volumes,
+                remote,
+                storage,
+                gc_lock: Mutex::new(()),
+            }),
+        };
+        // Segments below a volume's floor were folded by a checkpoint whose
+        // cleanup a crash may have cut short.
+        for vol in store.volumes().list()? {
+            if let Some(floor) = db.get_json::<u64>(&meta_keys::log_floor(vol.id))? {
+                store.storage().log.drop_below(vol.id, floor)?;
+            }
+        }
+        store.graph().recover_unsealed()?;
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// Create, open, change and delete volumes.
+    pub fn volumes(&self) -> &Volumes {
+        &self.inner.volumes
+    }
+
+    /// Snapshot, fork, restore, diff, log, tags, retention.
+    pub fn graph(&self) -> &Graph {
+        &self.inner.graph
+    }
+
+    /// The content-addressed chunks (and through them the object store).
+    pub fn chunks(&self) -> &Arc<ChunkStore> {
+        &self.inner.storage.chunks
+    }
+
+    /// The remote side of a store on S3, GCS or Azure.
+    pub fn remote(&self) -> Option<&Arc<Remote>> {
+        self.inner.remote.as_ref()
+    }
+
+    pub(crate) fn storage(&self) -> &Arc<Storage> {
+        &self.inner.storage
+    }
+
+    pub(crate) fn db(&self) -> &Db {
+        &self.inner.storage.db
+    }
+
+    pub(crate) fn gc_lock(&self) -> &Mutex<()> {
+        &self.inner.gc_lock
+    }
+
+    /// Durably syncs every write acknowledged so far: the data log first,
+    /// then the WAL of the overlay entries that name it.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.storage.sync()
+    }
+
+    /// Waits until everything committed so far is in the object store
+    /// (a no-op for local stores; see [`Remote::sync`]).
+    pub fn sync_remote(&self) -> Result<()> {
+        match self.remote() {
+            Some(r) => r.sync(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.inner.dir.display())
+    }
+}
+
+/// The settings of the store a remote already holds (its `store.json`).
+fn remote_config(backend: &Backend) -> Result<Option<StoreConfig>> {
+    match backend.get(&keys::store_config()) {
+        Ok(raw) => Ok(Some(
+            serde_json::from_slice(&raw)
+                .map_err(|e| Error::corrupt(format!("{}: {e}", keys::store_config())))?,
+        )),
+        Err(e) if e.kind() == crate::error::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,14 @@
+//! The FUSE workspace through the real kernel: POSIX behaviour against
+//! ext4, errno tables, fsx, crashes, PostgreSQL, the mount lifecycle and
+//! the commands that reach a mounted store. One test binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod mount;
+mod mount_cli;
+mod mount_crash;
+mod mount_errno;
+mod mount_fsx;
+mod mount_posix;
+mod mount_postgres;

@@ -1,0 +1,67 @@
+//! The mount process itself: failures are reported alike with and without
+//! --daemon, and SIGTERM unmounts after a final checkpoint.
+
+use crate::common::mount::{Mounted, diff, is_fuse_mount, new_store, wait_gone};
+use crate::common::{fails, json, ok};
+use std::path::Path;
+
+/// The same failure exits alike in the foreground and with --daemon, and
+/// like other commands meeting the same condition (README: 64 bad input,
+/// 66 not found, 75 conflict).
+#[test]
+fn mount_errors_keep_their_exit_codes_with_daemon() {
+    let (d, store) = new_store();
+    ok(&store, &["volume", "create", "blk", "--block", "--size", "1M"]);
+    ok(&store, &["volume", "create", "fs"]);
+    ok(&store, &["snapshot", "fs", "--name", "v1"]);
+    let dir = d.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    let missing = d.path().join("no-such-dir");
+    let missing = missing.to_str().unwrap();
+    let nope = fails(&store, &["snapshot", "nope"]).0;
+    let cases: [(&[&str], Option<i32>); 4] = [
+        (&["nope", dir], Some(nope)),
+        (&["blk", dir], None),
+        (&["fs@v1", dir], None),
+        (&["fs", missing], Some(nope)),
+    ];
+    let mut wrong = Vec::new();
+    let mut check = |args: &[&str], want: Option<i32>| {
+        let fg = fails(&store, &[&["mount"], args].concat());
+        let bg = fails(&store, &[&["mount"], args, &["--daemon"]].concat());
+        if bg.0 != fg.0 || want.is_some_and(|w| w != fg.0) {
+            wrong.push(format!("{args:?}: foreground {fg:?}, --daemon {bg:?}, expected {want:?}"));
+        }
+        if args[1] == missing && !fg.1.contains("No such file") {
+            wrong.push(format!("{args:?}: the reason is missing: {}", fg.1));
+        }
+    };
+    for (args, want) in cases {
+        check(args, want);
+    }
+    // The store held by another mount.
+    let m = Mounted::new(&store, "fs", &[]);
+    check(&["fs", dir], None);
+    drop(m);
+    assert!(!is_fuse_mount(Path::new(dir)));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn sigterm_unmounts_after_a_final_checkpoint() {
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "term", &["--checkpoint-every", "0"]);
+    ok(&store, &["snapshot", "term", "--name", "before"]);
+    std::fs::write(m.path("late"), b"written just before SIGTERM").unwrap();
+    let versions = json(&store, &["log", "term"]).as_array().unwrap().len();
+    assert_eq!(unsafe { libc::kill(m.pid() as i32, libc::SIGTERM) }, 0);
+    assert!(wait_gone(m.pid(), 60), "still running after SIGTERM");
+    assert!(!is_fuse_mount(m.dir()), "still mounted after SIGTERM");
+    let log = json(&store, &["log", "term"]);
+    assert_eq!(log.as_array().unwrap().len(), versions + 1, "no final checkpoint");
+    assert_eq!(log[0]["origin"], "auto");
+    let new = format!("term@{}", log[0]["id"].as_str().unwrap());
+    let want = [("added".to_string(), "/late".to_string(), String::new())];
+    assert_eq!(diff(&store, "term@before", &new), want.into());
+}

@@ -184,6 +184,14 @@ impl Head {
         self.record.kind
     }
 
+    /// Fails (invalid input) unless this is a volume of `kind`.
+    pub(crate) fn expect_kind(&self, kind: VolumeKind) -> Result<()> {
+        if self.record.kind == kind {
+            return Ok(());
+        }
+        Err(Error::invalid(format!("volume {} is not {}", self.record.name, kind.a_volume())))
+    }
+
     /// The committed state: base version and root.
     pub fn state(&self) -> HeadRecord {
         self.state.read().clone()

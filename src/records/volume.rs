@@ -24,6 +24,16 @@ impl std::fmt::Display for VolumeKind {
     }
 }
 
+impl VolumeKind {
+    /// "an fs volume", "a block volume".
+    pub fn a_volume(self) -> &'static str {
+        match self {
+            VolumeKind::Fs => "an fs volume",
+            VolumeKind::Block => "a block volume",
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct VolumeRecord {
     pub format: u8,

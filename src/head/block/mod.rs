@@ -44,12 +44,7 @@ pub struct BlockHead(Arc<Head>);
 impl BlockHead {
     /// The block API of `head`; fails for an fs volume.
     pub(crate) fn new(head: Arc<Head>) -> Result<BlockHead> {
-        if head.kind() != VolumeKind::Block {
-            return Err(Error::invalid(format!(
-                "volume {} is not a block volume",
-                head.record().name
-            )));
-        }
+        head.expect_kind(VolumeKind::Block)?;
         Ok(BlockHead(head))
     }
 

@@ -21,7 +21,7 @@ pub use ops::{NewNode, RenameMode, SetAttr, never_open};
 pub use reader::{FsReader, NAME_MAX};
 
 use super::Head;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::map::{Map, MapRoot, NodeStore};
 use crate::records::{VolumeKind, VolumeRecord};
 use bytes::Bytes;
@@ -35,12 +35,7 @@ pub struct FsHead(Arc<Head>);
 impl FsHead {
     /// The fs API of `head`; fails for a block volume.
     pub(crate) fn new(head: Arc<Head>) -> Result<FsHead> {
-        if head.kind() != VolumeKind::Fs {
-            return Err(Error::invalid(format!(
-                "volume {} is not an fs volume",
-                head.record().name
-            )));
-        }
+        head.expect_kind(VolumeKind::Fs)?;
         Ok(FsHead(head))
     }
 

@@ -8,6 +8,7 @@ mod safepoint;
 mod server;
 mod session;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,6 +64,7 @@ fn parse_mode(s: &str) -> Result<(Option<String>, persist::Mode), String> {
 }
 
 fn main() {
+    forkfs::restrict_umask();
     let cli = Cli::parse();
     let level = ["info", "info", "debug", "trace"][cli.verbose.min(3) as usize];
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -90,10 +92,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let dir = cli.store.unwrap_or_else(forkfs::default_store_dir);
     let store = forkfs::Store::open_with(&dir, &forkfs::Settings::from_env())?;
     // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
-    let _control = forkfs::service::serve(store.clone())?;
+    let _control = forkfs::service::serve(store.clone(), Default::default())?;
     let exports = Arc::new(export::Exports::new(store, export.clone(), consistency));
     for name in &export {
-        exports.open(name).map_err(|e| anyhow::anyhow!("export {name}: {e}"))?;
+        exports.open(name).with_context(|| format!("export {name}"))?;
     }
     let listen = match (&listen, &socket) {
         (None, None) => Some("127.0.0.1:10809".to_string()),

@@ -5,6 +5,7 @@
 use crate::export::Exports;
 use crate::negotiate::negotiate;
 use crate::session::{SessionConfig, serve};
+use anyhow::Context;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -55,9 +56,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let tcp = match &cfg.listen {
-        Some(a) => Some(
-            TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("cannot listen on {a}: {e}"))?,
-        ),
+        Some(a) => {
+            Some(TcpListener::bind(a).await.with_context(|| format!("cannot listen on {a}"))?)
+        }
         None => None,
     };
     let unix = match &cfg.socket {
@@ -65,7 +66,7 @@ pub async fn run(
             let _ = std::fs::remove_file(p);
             Some(
                 UnixListener::bind(p)
-                    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", p.display()))?,
+                    .with_context(|| format!("cannot listen on {}", p.display()))?,
             )
         }
         None => None,

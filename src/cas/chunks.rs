@@ -202,7 +202,7 @@ impl ChunkStore {
 
     /// Whether a pack is sealed and on its way to the object store but not
     /// yet indexed (GC must not take its object for an orphan).
-    pub fn is_in_flight(&self, pack: &PackId) -> bool {
+    pub(crate) fn is_in_flight(&self, pack: &PackId) -> bool {
         self.shared.uploads.lock().packs.iter().any(|p| p.id == *pack)
     }
 
@@ -371,7 +371,7 @@ impl ChunkStore {
     }
 
     /// Where each chunk is.
-    pub fn index(&self) -> &ChunkIndex {
+    pub(crate) fn index(&self) -> &ChunkIndex {
         &self.index
     }
 
@@ -385,7 +385,7 @@ impl ChunkStore {
     }
 
     /// Forgets a cached chunk (after its pack was found damaged).
-    pub fn evict(&self, id: &ChunkId) {
+    pub(crate) fn evict(&self, id: &ChunkId) {
         self.cache.remove(id);
         if let Some(d) = &self.disk {
             d.forget(id);

@@ -44,7 +44,7 @@ impl Location {
         }
     }
 
-    pub fn encode(&self) -> [u8; Self::LEN] {
+    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..16].copy_from_slice(&self.pack.0);
         b[16..24].copy_from_slice(&self.offset.to_le_bytes());
@@ -54,7 +54,7 @@ impl Location {
         b
     }
 
-    pub fn decode(b: &[u8]) -> Result<Location> {
+    pub(crate) fn decode(b: &[u8]) -> Result<Location> {
         if b.len() != Self::LEN {
             return Err(Error::corrupt("chunk index entry has the wrong length"));
         }
@@ -111,10 +111,6 @@ impl ChunkIndex {
         ChunkIndex { db }
     }
 
-    pub fn db(&self) -> &Db {
-        &self.db
-    }
-
     pub fn get_chunk(&self, id: &ChunkId) -> Result<Option<Location>> {
         match self.db.raw().get_pinned_cf(self.db.cf(CF_CHUNKS), id.0)? {
             Some(v) => Ok(Some(Location::decode(&v)?)),
@@ -131,14 +127,14 @@ impl ChunkIndex {
     }
 
     /// Records a sealed pack and all its chunks in one atomic, synced batch.
-    pub fn add_pack(&self, pack: PackId, len: u64, entries: &[Entry]) -> Result<()> {
+    pub(crate) fn add_pack(&self, pack: PackId, len: u64, entries: &[Entry]) -> Result<()> {
         let mut batch = Batch::default();
         self.put_pack(&mut batch, pack, len, entries);
         self.db.write(batch, true)
     }
 
     /// Adds to `batch` a pack and every chunk of it, pointing at it.
-    pub fn put_pack(&self, batch: &mut Batch, pack: PackId, len: u64, entries: &[Entry]) {
+    pub(crate) fn put_pack(&self, batch: &mut Batch, pack: PackId, len: u64, entries: &[Entry]) {
         for e in entries {
             self.put_chunk(batch, e.id, &Location::of(pack, e));
         }
@@ -147,19 +143,19 @@ impl ChunkIndex {
         self.put_pack_info(batch, pack, &info);
     }
 
-    pub fn put_pack_info(&self, batch: &mut Batch, pack: PackId, info: &PackInfo) {
+    pub(crate) fn put_pack_info(&self, batch: &mut Batch, pack: PackId, info: &PackInfo) {
         batch.put_cf(self.db.cf(CF_PACKS), pack.0, info.encode());
     }
 
-    pub fn put_chunk(&self, batch: &mut Batch, id: ChunkId, loc: &Location) {
+    pub(crate) fn put_chunk(&self, batch: &mut Batch, id: ChunkId, loc: &Location) {
         batch.put_cf(self.db.cf(CF_CHUNKS), id.0, loc.encode());
     }
 
-    pub fn delete_chunk(&self, batch: &mut Batch, id: &ChunkId) {
+    pub(crate) fn delete_chunk(&self, batch: &mut Batch, id: &ChunkId) {
         batch.delete_cf(self.db.cf(CF_CHUNKS), id.0);
     }
 
-    pub fn delete_pack(&self, batch: &mut Batch, id: &PackId) {
+    pub(crate) fn delete_pack(&self, batch: &mut Batch, id: &PackId) {
         batch.delete_cf(self.db.cf(CF_PACKS), id.0);
     }
 

@@ -67,7 +67,7 @@ impl ChunkStore {
     /// open. Everything committed before this returns is visible to a
     /// RocksDB snapshot taken after it; everything put later is in the
     /// reached set.
-    pub fn gc_begin(&self) -> GcScope<'_> {
+    pub(crate) fn gc_begin(&self) -> GcScope<'_> {
         {
             let mut reached = self.gc.reached.lock();
             reached.clear();
@@ -78,7 +78,7 @@ impl ChunkStore {
     }
 
     /// A scope that tracks nothing (the concurrency test's negative control).
-    pub fn gc_untracked(&self) -> GcScope<'_> {
+    pub(crate) fn gc_untracked(&self) -> GcScope<'_> {
         GcScope { chunks: self, tracked: false }
     }
 }

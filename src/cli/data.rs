@@ -48,14 +48,16 @@ pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e.into()),
     };
-    let copied = match (kind, meta.is_dir()) {
+    // The head stays open until the snapshot: on a remote store its lease
+    // must not be let go in between.
+    let (copied, _open): (u64, Box<dyn std::any::Any>) = match (kind, meta.is_dir()) {
         (VolumeKind::Block, false) => {
             let head = volumes.open_block(&a.volume)?;
             let n = import_image(&head, &a.source, created)?;
             if a.no_snapshot {
                 head.flush()?;
             }
-            n
+            (n, Box::new(head))
         }
         (VolumeKind::Fs, true) => {
             let head = volumes.open_fs(&a.volume)?;
@@ -64,7 +66,7 @@ pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
             if a.no_snapshot {
                 head.flush()?;
             }
-            n
+            (n, Box::new(head))
         }
         (VolumeKind::Block, true) => {
             return Err(

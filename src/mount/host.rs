@@ -7,7 +7,7 @@
 use super::fuse::Fuse;
 use super::record::Record;
 use super::workspace::Workspace;
-use forkfs::service::Server;
+use forkfs::service::Extensions;
 use forkfs::{Error, FsHead, Opened, Result, Store, VolumeKind};
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
@@ -51,12 +51,12 @@ struct State {
 }
 
 impl Host {
-    /// Also answers mount requests arriving on `control`, the store's
-    /// control socket.
-    pub fn new(store: Store, control: &Server) -> Arc<Host> {
+    /// Also answers mount requests arriving through `extensions`, those
+    /// of the store's control socket.
+    pub fn new(store: Store, extensions: &Extensions) -> Arc<Host> {
         let host = Arc::new(Host { store, state: Mutex::default(), ended: Condvar::new() });
         let weak: Weak<Host> = Arc::downgrade(&host);
-        control.extend(
+        extensions.insert(
             MOUNT_REQUEST,
             Arc::new(move |args: &serde_json::Value| {
                 let req: MountRequest = serde_json::from_value(args.clone())
@@ -193,7 +193,9 @@ impl Host {
         if live {
             st.live.remove(vol);
         }
-        drop(record);
+        if let Some(r) = record {
+            r.end(failure.as_ref());
+        }
         if st.failure.is_none() {
             st.failure = failure;
         }

@@ -5,7 +5,7 @@
 //!
 //! Uses the store and maintenance layers. The front-ends' own requests
 //! (a mount hosting further mounts) arrive as [`Extension`]s they register
-//! on their [`Server`].
+//! in the [`Extensions`] their [`Server`] answers with.
 
 mod request;
 mod socket;

@@ -75,7 +75,7 @@ pub enum Request {
         block_size: Option<u32>,
     },
     /// A front-end's own request, served by the handler the holding
-    /// process registered ([`super::Server::extend`]).
+    /// process registered ([`super::Extensions::insert`]).
     Extension {
         name: String,
         args: serde_json::Value,

@@ -75,7 +75,6 @@ pub struct Server {
     path: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
-    extensions: Extensions,
 }
 
 /// A front-end's handler of its own control requests: JSON in, JSON out.
@@ -89,19 +88,17 @@ impl Extensions {
     pub fn get(&self, name: &str) -> Option<Extension> {
         self.0.lock().get(name).cloned()
     }
-}
 
-impl Server {
     /// Serves control requests named `name` with `handler` (a mount hosts
     /// further mounts of the store it holds this way).
-    pub fn extend(&self, name: &str, handler: Extension) {
-        self.extensions.0.lock().insert(name.to_string(), handler);
+    pub fn insert(&self, name: &str, handler: Extension) {
+        self.0.lock().insert(name.to_string(), handler);
     }
 }
 
 /// Serves the control socket of `store` on a background thread. Call only
 /// while holding the store open (so any old socket file is stale).
-pub fn serve(store: Store) -> Result<Server> {
+pub fn serve(store: Store, extensions: Extensions) -> Result<Server> {
     use std::os::unix::fs::PermissionsExt;
     let path = store.dir().join(SOCKET);
     let _ = std::fs::remove_file(&path);
@@ -109,8 +106,7 @@ pub fn serve(store: Store) -> Result<Server> {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    let extensions = Extensions::default();
-    let served = extensions.clone();
+    let served = extensions;
     let thread = std::thread::Builder::new().name("forkfs-control".into()).spawn(move || {
         let mut requests: Vec<std::thread::JoinHandle<()>> = Vec::new();
         for conn in listener.incoming() {
@@ -129,7 +125,7 @@ pub fn serve(store: Store) -> Result<Server> {
             let _ = t.join();
         }
     })?;
-    Ok(Server { path, stop, thread: Some(thread), extensions })
+    Ok(Server { path, stop, thread: Some(thread) })
 }
 
 fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {

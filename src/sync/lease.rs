@@ -149,12 +149,6 @@ impl Lease {
     }
 }
 
-impl crate::head::Fence for Lease {
-    fn check(&self) -> Result<()> {
-        Lease::check(self)
-    }
-}
-
 /// A conditional put of `rec` (see [`Backend::put_or_same`]).
 fn put_or_confirm(
     backend: &Backend,

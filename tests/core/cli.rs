@@ -26,6 +26,11 @@ fn bad_input_gets_one_line_errors_and_distinct_exit_codes() {
     let (code, msg) = fails(&missing, &["volume", "list"]);
     assert_eq!(code, 66);
     assert!(msg.contains("forkfs init"), "{msg}");
+    // A failed file-system call exits by its kind, its cause on the line.
+    let absent = s.parent().unwrap().join("no-such-dir");
+    let (code, msg) = fails(&s, &["import", "v", absent.to_str().unwrap()]);
+    assert_eq!(code, 66, "{msg}");
+    assert!(msg.contains("cannot read") && msg.contains("No such file"), "{msg}");
     // Nothing above changed the store.
     let vols = json(&s, &["volume", "list"]);
     assert_eq!(vols.as_array().unwrap().len(), 1);

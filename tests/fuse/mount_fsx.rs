@@ -57,7 +57,7 @@ impl Fsx {
     fn fail(&self, why: &str) -> ! {
         let ops: Vec<&str> = self.recent.iter().map(String::as_str).collect();
         panic!(
-            "fsx seed {} failed at op {}: {why}\nrerun: FORKFS_FSX_SEED={} cargo nextest run --release -p forkfs --test mount_fsx\nlast {} ops:\n{}",
+            "fsx seed {} failed at op {}: {why}\nrerun: FORKFS_FSX_SEED={} cargo nextest run --release -p forkfs --test fuse -E 'test(mount_fsx::)'\nlast {} ops:\n{}",
             self.seed,
             self.op,
             self.seed,

@@ -223,11 +223,24 @@ fn the_server_exits_with_the_code_of_its_failure() {
     };
     // No store there: not found (66).
     let out = serve(&dir.path().join("none"));
-    assert_eq!(out.status.code(), Some(66), "{}", one_line(&out));
+    let line = one_line(&out);
+    assert_eq!(out.status.code(), Some(66), "{line}");
     // A store another server holds: in use, a temporary failure (75).
     let srv = Server::start(&[("disk", MIB)]);
     let out = serve(&srv.store);
     let line = one_line(&out);
     assert_eq!(out.status.code(), Some(75), "{line}");
     assert!(line.contains("in use"), "{line}");
+    // An export that cannot be opened at start: its cause's code.
+    let other = Server::create(&[("disk", MIB)]);
+    let out = std::process::Command::new(bin)
+        .arg("--store")
+        .arg(&other.store)
+        .args(["serve", "--export", "nope", "--socket"])
+        .arg(dir.path().join("third.sock"))
+        .output()
+        .unwrap();
+    let line = one_line(&out);
+    assert_eq!(out.status.code(), Some(66), "{line}");
+    assert!(line.contains("export nope"), "{line}");
 }

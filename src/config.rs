@@ -26,6 +26,11 @@ pub struct Settings {
     /// The term of the volume leases this process takes on a remote store
     /// (`None`: [`DEFAULT_LEASE_TTL`]). `FORKFS_LEASE_TTL`.
     pub lease_ttl: Option<Duration>,
+    /// Skip the data log's fdatasync: loses acknowledged writes on power
+    /// loss, on purpose. Only the power-cut test's negative control sets
+    /// it (`FORKFS_TEST_SKIP_LOG_SYNC=1`).
+    #[doc(hidden)]
+    pub test_skip_log_sync: bool,
 }
 
 pub const DEFAULT_READAHEAD: u64 = 2 << 20;
@@ -39,6 +44,7 @@ impl Settings {
             read_deadline: env("FORKFS_READ_DEADLINE", humantime::parse_duration),
             pending_limit: env("FORKFS_PENDING_LIMIT", parse_size),
             lease_ttl: env("FORKFS_LEASE_TTL", humantime::parse_duration),
+            test_skip_log_sync: std::env::var("FORKFS_TEST_SKIP_LOG_SYNC").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -93,6 +99,6 @@ mod tests {
         assert_eq!(super::parse_size("8G").unwrap(), 8 << 30);
         assert_eq!(super::parse_size("4096").unwrap(), 4096);
         let e = super::parse_size("12zz").unwrap_err();
-        assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
+        assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput);
     }
 }

@@ -115,6 +115,9 @@ pub enum Detail {
     Io { kind: std::io::ErrorKind, errno: Option<i32> },
     /// The index database (RocksDB) returned this status.
     Db(rocksdb::ErrorKind),
+    /// The store's index is missing, empty or another store's: the store
+    /// opens only through `forkfs fsck --repair`, which rebuilds it.
+    IndexLost,
 }
 
 /// The error type of the core library: a kind plus a message and its cause.
@@ -136,6 +139,16 @@ impl Error {
     /// A namespace error of an fs volume: the front-end maps `posix` to its errno.
     pub fn posix(posix: Posix, message: impl Into<String>) -> Self {
         Error::new(posix.kind(), message).with_detail(Detail::Posix(posix))
+    }
+
+    /// The store's index is not its own (see [`Detail::IndexLost`]).
+    pub fn index_lost(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Corrupt, message).with_detail(Detail::IndexLost)
+    }
+
+    /// True when the store's index must be rebuilt before it opens.
+    pub fn is_index_lost(&self) -> bool {
+        self.detail == Some(Detail::IndexLost)
     }
 
     /// The store at a directory is open in another process.

@@ -26,6 +26,7 @@ mod clock;
 mod config;
 mod db;
 mod error;
+mod files;
 mod graph;
 mod head;
 mod id;
@@ -41,6 +42,7 @@ mod sync;
 pub use clock::now_ms;
 pub use config::{Settings, default_store_dir, parse_size};
 pub use error::{Detail, Error, ErrorKind, Posix, Result, exit_code, one_line};
+pub use files::restrict_umask;
 pub use graph::{
     BlockRange, DEFAULT_FS_SIZE, Diff, Graph, PathChange, PathDiff, RestoreHook, Restored,
     SnapshotOptions, Target, Volumes,
@@ -58,7 +60,6 @@ pub use records::{
     VolumeRecord,
 };
 pub use store::{CONFIG_FILE, DEFAULT_BLOCK_SIZE, Store, StoreConfig, Synced};
-pub use sync::Remote;
 
 /// The inode-level API of fs volumes: what the FUSE workspace and
 /// import/export of directory trees use.

@@ -16,7 +16,7 @@ use std::time::Duration;
     about = "Check a forkfs store; reclaim space; prune history"
 )]
 struct Cli {
-    /// Store directory
+    /// Store directory [default: $XDG_DATA_HOME/forkfs]
     #[arg(long, env = "FORKFS_STORE", global = true)]
     store: Option<PathBuf>,
     /// Machine-readable JSON output
@@ -67,6 +67,7 @@ enum Command {
 }
 
 fn main() {
+    forkfs::restrict_umask();
     let cli = Cli::parse();
     let dir = cli.store.clone().unwrap_or_else(forkfs::default_store_dir);
     let command = cli.command.unwrap_or(Command::Check { deep: false, repair: false });
@@ -91,8 +92,8 @@ fn main() {
 
 /// Prints a one-line error and returns the exit code for it.
 fn fail(e: &forkfs::Error) -> i32 {
-    eprintln!("forkfs-fsck: {e}");
-    e.kind().exit_code()
+    eprintln!("forkfs-fsck: {}", forkfs::one_line(e));
+    forkfs::exit_code(e)
 }
 
 /// Runs a request on the store here, or, when another process (a server or
@@ -110,13 +111,23 @@ fn run<T: serde::de::DeserializeOwned>(
 fn check(dir: &Path, deep: bool, repair: bool, json: bool) -> i32 {
     let bar = progress::Bar::new();
     let req = Request::Check { deep };
-    let first: CheckReport = match run(dir, &req, &bar) {
-        Ok(r) => r,
+    // A lost index: nothing to check until `--repair` rebuilds it.
+    let (first, lost) = match run::<CheckReport>(dir, &req, &bar) {
+        Ok(r) => (r, false),
+        Err(e) if e.is_index_lost() && repair => {
+            let problems = vec![forkfs::one_line(&e)];
+            (CheckReport { problems, ..Default::default() }, true)
+        }
         Err(e) => return fail(&e),
     };
     let (repaired, report) = if repair && !first.ok() {
         // Repair rewrites the index: only with the store to itself.
-        let store = match Store::open_with(dir, &Settings::from_env()) {
+        let opened = if lost {
+            Store::rebuild(dir, &Settings::from_env(), &bar)
+        } else {
+            Store::open_with(dir, &Settings::from_env())
+        };
+        let store = match opened {
             Ok(s) => s,
             Err(e) => return fail(&e),
         };

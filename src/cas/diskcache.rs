@@ -132,11 +132,15 @@ impl DiskCache {
         let path = self.path(id);
         let seq = self.tmp_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = path.with_extension(format!("tmp{}-{seq}", std::process::id()));
+        let write = || {
+            let mut f =
+                crate::files::private_file().write(true).create(true).truncate(true).open(&tmp)?;
+            std::io::Write::write_all(&mut f, plain)
+        };
         // The 256 subdirectories are made as they are first needed.
-        let written = match std::fs::write(&tmp, plain) {
+        let written = match write() {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(path.parent().expect("has a parent"))
-                    .and_then(|()| std::fs::write(&tmp, plain))
+                std::fs::create_dir_all(path.parent().expect("has a parent")).and_then(|()| write())
             }
             r => r,
         }

@@ -19,7 +19,7 @@ impl DirLock {
     /// Takes the lock of the store at `dir`, or fails as "in use".
     pub fn take(dir: &Path) -> Result<DirLock> {
         let path = dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
+        let file = crate::files::private_file()
             .create(true)
             .truncate(false)
             .read(true)

@@ -34,8 +34,9 @@ pub const DIR: &str = "index";
 
 pub struct Db {
     db: DB,
-    /// Released after the database closes (fields drop in order).
-    _lock: lock::DirLock,
+    /// Released after the database closes (fields drop in order), and
+    /// after whatever else holds it (see [`Db::lock`]).
+    lock: std::sync::Arc<lock::DirLock>,
 }
 
 impl Db {
@@ -45,11 +46,33 @@ impl Db {
     /// process: what fails after it is the database itself, by kind.
     pub fn open(store_dir: &Path) -> Result<Db> {
         let lock = lock::DirLock::take(store_dir)?;
+        Db::open_locked(store_dir, lock)
+    }
+
+    /// [`Db::open`] with a new, empty database; one already there is moved
+    /// aside (`index.lost-<ms>`) first, under the lock.
+    pub fn open_fresh(store_dir: &Path) -> Result<Db> {
+        let lock = lock::DirLock::take(store_dir)?;
+        let path = store_dir.join(DIR);
+        if path.exists() {
+            let aside = store_dir.join(format!("{DIR}.lost-{}", crate::clock::now_ms()));
+            std::fs::rename(&path, &aside)?;
+            tracing::warn!(from = %path.display(), to = %aside.display(), "moved the old index aside");
+        }
+        Db::open_locked(store_dir, lock)
+    }
+
+    fn open_locked(store_dir: &Path, lock: lock::DirLock) -> Result<Db> {
         let path = store_dir.join(DIR);
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.increase_parallelism(2);
+        // A torn tail (a crash mid-write, never synced) is dropped; damage
+        // anywhere else fails the open, loudly, instead of silently
+        // recovering to the point before it (which would lose synced,
+        // acknowledged writes behind it).
+        opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
         // The machine's hard limit is 20,000 fds, shared with FUSE and NBD clients.
         opts.set_max_open_files(512);
         let mut point = BlockBasedOptions::default();
@@ -72,7 +95,13 @@ impl Db {
         ];
         let db = DB::open_cf_descriptors(&opts, &path, cfs)
             .map_err(|e| Error::from(e).context(format!("opening {}", path.display())))?;
-        Ok(Db { db, _lock: lock })
+        Ok(Db { db, lock: std::sync::Arc::new(lock) })
+    }
+
+    /// The store's lock, for what must stop before another process may
+    /// open the store (the upload workers of the outbox).
+    pub fn lock(&self) -> std::sync::Arc<lock::DirLock> {
+        self.lock.clone()
     }
 
     pub fn cf(&self, name: &str) -> &ColumnFamily {

@@ -4,9 +4,9 @@
 use super::{Graph, SnapshotOptions, Target};
 use crate::db::Batch;
 use crate::error::{Error, Result};
-use crate::id::VersionId;
+use crate::id::{VersionId, VolumeId};
 use crate::objects::keys as objects;
-use crate::records::{Origin, VersionRecord, VolumeRecord, keys};
+use crate::records::{Origin, VersionRecord, VolumeRecord, keys, parse_id};
 
 impl Graph {
     pub fn version(&self, id: &VersionId) -> Result<VersionRecord> {
@@ -94,6 +94,7 @@ impl Graph {
                 version.volume_name
             )));
         }
+        self.put_tag_object(version.volume, name, &version.id)?;
         let mut b = Batch::default();
         self.db().put_meta(&mut b, &key, version.id.to_string());
         self.db().write(b, true)
@@ -106,7 +107,8 @@ impl Graph {
         }
         let mut b = Batch::default();
         self.db().delete_meta(&mut b, &key);
-        self.db().write(b, true)
+        self.db().write(b, true)?;
+        self.delete_tag_object(volume.id, name)
     }
 
     /// Deletes a version record (and its tags). Data it alone referenced is
@@ -118,13 +120,60 @@ impl Graph {
         db.delete_meta(&mut b, &keys::version(&version.id));
         db.delete_meta(&mut b, &keys::damaged(&version.id));
         db.delete_meta(&mut b, &keys::log(volume.id, version.seq));
+        let mut names = Vec::new();
         for (name, id) in self.tags(&volume)? {
             if id == version.id {
                 db.delete_meta(&mut b, &keys::tag(volume.id, &name));
+                names.push(name);
             }
         }
         db.write(b, true)?;
+        for name in names {
+            self.delete_tag_object(volume.id, &name)?;
+        }
         self.storage.chunks.backend().delete(&objects::version(&version.id))
+    }
+
+    /// Writes the object copy of a tag, so a lost index comes back with
+    /// its names (stores without a remote side; a remote store's tags are
+    /// its host's own).
+    pub(super) fn put_tag_object(&self, vol: VolumeId, name: &str, id: &VersionId) -> Result<()> {
+        if self.volumes.is_shared() {
+            return Ok(());
+        }
+        let obj = bytes::Bytes::from(id.to_string());
+        self.storage.chunks.backend().put(&objects::tag(vol, name), obj)
+    }
+
+    fn delete_tag_object(&self, vol: VolumeId, name: &str) -> Result<()> {
+        if self.volumes.is_shared() {
+            return Ok(());
+        }
+        self.storage.chunks.backend().delete(&objects::tag(vol, name))
+    }
+
+    /// Takes the names of versions from their objects, where the index
+    /// does not have them (rebuilding a lost index); returns how many.
+    pub(crate) fn import_tags(&self) -> Result<usize> {
+        let backend = self.storage.chunks.backend();
+        let db = self.db();
+        let mut b = Batch::default();
+        let mut n = 0;
+        for o in backend.list(objects::TAGS)? {
+            let Some((vol, name)) = objects::parse_tag(&o.location) else { continue };
+            let Ok(id) = parse_id(&backend.get(&o.location)?, "tag object") else { continue };
+            let key = keys::tag(vol, &name);
+            if check_tag(&name).is_err()
+                || db.get_meta(&key)?.is_some()
+                || self.version(&id).is_err()
+            {
+                continue;
+            }
+            db.put_meta(&mut b, &key, id.to_string());
+            n += 1;
+        }
+        db.write(b, true)?;
+        Ok(n)
     }
 }
 

@@ -78,8 +78,11 @@ impl Graph {
         };
         // Phase 2: fold and make everything the version names durable.
         let _session = self.storage.chunks.write_session();
-        let (root, folded, generation) =
-            if clean { (state.root, Vec::new(), sealed_generation(head)) } else { head.fold()? };
+        let (root, folded, generation) = if clean {
+            (state.root, Vec::new(), head.block().and_then(|b| b.sealed_generation()))
+        } else {
+            head.fold()?
+        };
         self.storage.chunks.flush()?;
         let version = VersionRecord {
             format: RECORD_FORMAT,
@@ -100,6 +103,9 @@ impl Graph {
         }
         .seal()?;
         self.storage.records.put_object(&objects::version(&version.id), &version)?;
+        if let Some(n) = &opts.name {
+            self.put_tag_object(rec.id, n, &version.id)?;
+        }
         // Phase 3: commit in one synced batch. The head object other hosts
         // read names the durable version before (local objects) or after
         // the commit, once the version's objects are uploaded (remote).
@@ -124,6 +130,14 @@ impl Graph {
             }
             if let Some(f) = floor {
                 self.db().put_json(&mut b, &keys::log_floor(rec.id), &f)?;
+                // The marks of the segments that go with the floor.
+                let prefix = keys::durable_prefix(rec.id);
+                for (k, _) in self.db().scan_meta(&prefix)? {
+                    let seq = u64::from_str_radix(&k[prefix.len()..], 16).unwrap_or(u64::MAX);
+                    if seq < f {
+                        self.db().delete_meta(&mut b, &k);
+                    }
+                }
             }
             self.db().write(b, true)?;
             head.set_state(new_head.clone());
@@ -142,9 +156,4 @@ impl Graph {
         }
         Ok(version)
     }
-}
-
-/// The generation of a deferred head's last seal.
-pub(super) fn sealed_generation(head: &Head) -> Option<u64> {
-    head.block().and_then(|b| b.sealed_generation())
 }

@@ -43,6 +43,12 @@ impl Volumes {
         }
     }
 
+    /// Whether other hosts share the store (S3/GCS/Azure): tags are then
+    /// this host's own, kept in its index only.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.remote.is_some()
+    }
+
     /// The volume named `name` (on a remote store, also one another host
     /// created since this host last looked).
     pub fn get(&self, name: &str) -> Result<VolumeRecord> {
@@ -269,9 +275,12 @@ impl Volumes {
         ] {
             db.delete_meta(&mut b, &key);
         }
-        for prefix in
-            [keys::log_prefix(rec.id), keys::tag_prefix(rec.id), keys::rollback_prefix(rec.id)]
-        {
+        for prefix in [
+            keys::log_prefix(rec.id),
+            keys::tag_prefix(rec.id),
+            keys::rollback_prefix(rec.id),
+            keys::durable_prefix(rec.id),
+        ] {
             for (k, _) in db.scan_meta(&prefix)? {
                 db.delete_meta(&mut b, &k);
             }
@@ -282,12 +291,19 @@ impl Volumes {
         }
         self.storage.overlay(rec.id).clear(&mut b);
         db.write(b, true)?;
+        // The volume record's object first: a deletion cut short leaves
+        // records of no volume, never a volume whose versions look lost.
         let backend = self.storage.chunks.backend();
+        backend.delete(&objects::volume(rec.id))?;
         for v in &versions {
             backend.delete(&objects::version(&v.id))?;
         }
+        if self.remote.is_none() {
+            for o in backend.list(&format!("{}/{:016x}/", objects::TAGS, rec.id.0))? {
+                backend.delete(&o.location)?;
+            }
+        }
         backend.delete(&objects::head(rec.id))?;
-        backend.delete(&objects::volume(rec.id))?;
         if let Some(r) = &self.remote {
             r.deleted(rec.id);
         }

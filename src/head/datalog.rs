@@ -11,20 +11,29 @@
 //! segments below the floor are deleted after the commit and at startup.
 //!
 //! Durability: [`DataLog::sync`] fdatasyncs every segment written since the
-//! last sync; the caller syncs the RocksDB WAL after it, so a synced
-//! overlay entry never names unsynced data. An entry that reached disk
-//! without its data (power loss before any flush) fails its CRC on read.
+//! last sync (rotated ones too) and returns, per segment, how far its data
+//! is now durable: the *durable mark*. The caller records the marks and
+//! syncs the RocksDB WAL after, so a synced overlay entry never names
+//! unsynced data below a mark. A new segment's directory entry is synced
+//! when the segment is created.
+//!
+//! Reading tells apart data that is not there ([`Read::Lost`]: the segment
+//! missing, cut short, or failing its CRC, as power loss before any flush
+//! leaves it) from a failure to read (an I/O error: never taken for lost
+//! data). Whether lost data was acknowledged as durable is the caller's
+//! question, answered by the marks (see `Head::read_logged`).
 
 use crate::error::{Error, Result};
 use crate::id::VolumeId;
 use bytes::Bytes;
 use parking_lot::Mutex;
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where one block's dirty data lives in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,17 +69,49 @@ impl LogRef {
     }
 }
 
+/// What reading one block's data found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Read {
+    Data(Bytes),
+    /// The data is not there (why): its write never reached the disk.
+    Lost(String),
+}
+
+/// How far a segment's data is durable: every append below `upto` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark {
+    pub vol: VolumeId,
+    pub seq: u64,
+    pub upto: u64,
+}
+
 struct Segment {
     seq: u64,
     file: File,
-    len: AtomicU64,
+    /// Bytes reserved so far, and the offsets of appends not yet written:
+    /// everything below the lowest of those (or below `len`) is written.
+    appends: Mutex<(u64, BTreeSet<u64>)>,
     dirty: AtomicBool,
+}
+
+impl Segment {
+    fn len(&self) -> u64 {
+        self.appends.lock().0
+    }
+
+    /// The offset below which every append has been written.
+    fn written(&self) -> u64 {
+        let a = self.appends.lock();
+        a.1.first().copied().unwrap_or(a.0)
+    }
 }
 
 #[derive(Default)]
 struct VolumeLog {
     /// The segment new appends go to; `None` until the first append.
     current: Option<Arc<Segment>>,
+    /// Segments rotated away with appends not yet synced.
+    unsynced: Vec<Arc<Segment>>,
     /// Older segments opened for reading.
     readers: HashMap<u64, Arc<File>>,
 }
@@ -78,6 +119,14 @@ struct VolumeLog {
 pub struct DataLog {
     dir: PathBuf,
     volumes: Mutex<HashMap<VolumeId, VolumeLog>>,
+    /// The power-cut test's negative control: no fdatasync (see
+    /// `Settings::test_skip_log_sync`).
+    skip_sync: bool,
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 fn vol_dir(dir: &Path, vol: VolumeId) -> PathBuf {
@@ -111,7 +160,17 @@ fn list_segments(dir: &Path, vol: VolumeId) -> Result<Vec<u64>> {
 impl DataLog {
     pub fn open(dir: PathBuf) -> Result<DataLog> {
         std::fs::create_dir_all(&dir)?;
-        Ok(DataLog { dir, volumes: Mutex::new(HashMap::new()) })
+        Ok(DataLog { dir, volumes: Mutex::new(HashMap::new()), skip_sync: false })
+    }
+
+    /// A log that never syncs its data: wrong on purpose, for the power-cut
+    /// test's negative control only.
+    pub fn without_sync(mut self) -> DataLog {
+        tracing::warn!(
+            "the data log does not sync: acknowledged writes die with the power (test mode)"
+        );
+        self.skip_sync = true;
+        self
     }
 
     fn current(&self, vol: VolumeId) -> Result<Arc<Segment>> {
@@ -126,28 +185,46 @@ impl DataLog {
         Ok(seg)
     }
 
+    /// A new segment, its directory entry durable (a synced overlay entry
+    /// naming it must find it after power loss).
     fn create(&self, vol: VolumeId, seq: u64) -> Result<Arc<Segment>> {
-        std::fs::create_dir_all(vol_dir(&self.dir, vol))?;
-        let file = std::fs::OpenOptions::new()
+        let dir = vol_dir(&self.dir, vol);
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir)?;
+            sync_dir(&self.dir)?;
+        }
+        let file = crate::files::private_file()
             .create_new(true)
             .read(true)
             .write(true)
             .open(seg_path(&self.dir, vol, seq))?;
-        Ok(Arc::new(Segment { seq, file, len: AtomicU64::new(0), dirty: AtomicBool::new(true) }))
+        sync_dir(&dir)?;
+        let appends = Mutex::new((0, BTreeSet::new()));
+        Ok(Arc::new(Segment { seq, file, appends, dirty: AtomicBool::new(false) }))
     }
 
-    /// Appends one block's data; concurrent appends do not serialize.
+    /// Appends one block's data; concurrent appends do not serialize (they
+    /// reserve their offsets under a short lock, and write outside it).
     pub fn append(&self, vol: VolumeId, data: &[u8]) -> Result<LogRef> {
-        let seg = self.current(vol)?;
-        let offset = seg.len.fetch_add(data.len() as u64, Ordering::Relaxed);
-        seg.file.write_all_at(data, offset)?;
-        seg.dirty.store(true, Ordering::Release);
         let len = u32::try_from(data.len()).map_err(|_| Error::invalid("block over 4 GiB"))?;
+        let seg = self.current(vol)?;
+        let offset = {
+            let mut a = seg.appends.lock();
+            let at = a.0;
+            a.0 += data.len() as u64;
+            a.1.insert(at);
+            at
+        };
+        let written = seg.file.write_all_at(data, offset);
+        seg.dirty.store(true, Ordering::Release);
+        seg.appends.lock().1.remove(&offset);
+        written?;
         Ok(LogRef { seq: seg.seq, offset, len, crc: crc32fast::hash(data) })
     }
 
-    /// Reads and verifies one block's data.
-    pub fn read(&self, vol: VolumeId, r: &LogRef) -> Result<Bytes> {
+    /// Reads and verifies one block's data. An I/O failure (EIO, EMFILE,
+    /// ...) is an error, never [`Read::Lost`].
+    pub fn read(&self, vol: VolumeId, r: &LogRef) -> Result<Read> {
         let file = {
             let mut vols = self.volumes.lock();
             let v = vols.entry(vol).or_default();
@@ -155,14 +232,23 @@ impl DataLog {
                 Some(s) if s.seq == r.seq => None,
                 _ => Some(match v.readers.get(&r.seq) {
                     Some(f) => f.clone(),
-                    None => {
-                        let f = File::open(seg_path(&self.dir, vol, r.seq)).map_err(|e| {
-                            Error::corrupt(format!("data log segment {} is missing: {e}", r.seq))
-                        })?;
-                        let f = Arc::new(f);
-                        v.readers.insert(r.seq, f.clone());
-                        f
-                    }
+                    None => match File::open(seg_path(&self.dir, vol, r.seq)) {
+                        Ok(f) => {
+                            let f = Arc::new(f);
+                            v.readers.insert(r.seq, f.clone());
+                            f
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                            return Ok(Read::Lost(format!(
+                                "data log segment {} is missing",
+                                r.seq
+                            )));
+                        }
+                        Err(e) => {
+                            let what = format!("opening data log segment {}", r.seq);
+                            return Err(Error::from(e).context(what));
+                        }
+                    },
                 }),
             }
         };
@@ -171,26 +257,55 @@ impl DataLog {
             Some(f) => f.read_exact_at(&mut buf, r.offset),
             None => self.current(vol)?.file.read_exact_at(&mut buf, r.offset),
         };
-        res.map_err(|e| Error::corrupt(format!("data log read failed: {e}")))?;
+        match res {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Ok(Read::Lost(format!(
+                    "data log segment {} ends before offset {}",
+                    r.seq,
+                    r.offset + r.len as u64
+                )));
+            }
+            Err(e) => {
+                let what = format!("reading data log segment {}", r.seq);
+                return Err(Error::from(e).context(what));
+            }
+        }
         if crc32fast::hash(&buf) != r.crc {
-            return Err(Error::corrupt(format!(
-                "dirty data at log segment {} offset {} fails its checksum (lost in a crash before any flush?)",
+            return Ok(Read::Lost(format!(
+                "data at log segment {} offset {} fails its checksum",
                 r.seq, r.offset
             )));
         }
-        Ok(Bytes::from(buf))
+        Ok(Read::Data(Bytes::from(buf)))
     }
 
-    /// Makes every append so far durable.
-    pub fn sync(&self) -> Result<()> {
-        let segs: Vec<Arc<Segment>> =
-            self.volumes.lock().values().filter_map(|v| v.current.clone()).collect();
-        for s in segs {
+    /// Makes every append written so far durable, and returns how far each
+    /// segment synced now is durable.
+    pub fn sync(&self) -> Result<Vec<Mark>> {
+        let segs: Vec<(VolumeId, Arc<Segment>)> = {
+            let mut vols = self.volumes.lock();
+            let mut out = Vec::new();
+            for (vol, v) in vols.iter_mut() {
+                out.extend(v.unsynced.drain(..).map(|s| (*vol, s)));
+                out.extend(v.current.clone().map(|s| (*vol, s)));
+            }
+            out
+        };
+        let mut marks = Vec::new();
+        for (vol, s) in segs {
             if s.dirty.swap(false, Ordering::AcqRel) {
-                s.file.sync_data()?;
+                // Read before the sync: what was written by then it covers.
+                let upto = s.written();
+                let synced = if self.skip_sync { Ok(()) } else { s.file.sync_data() };
+                if let Err(e) = synced {
+                    s.dirty.store(true, Ordering::Release);
+                    return Err(e.into());
+                }
+                marks.push(Mark { vol, seq: s.seq, upto });
             }
         }
-        Ok(())
+        Ok(marks)
     }
 
     /// Starts a new segment for `vol` and returns its number: the floor
@@ -199,11 +314,13 @@ impl DataLog {
         let mut vols = self.volumes.lock();
         let v = vols.entry(vol).or_default();
         let next = match &v.current {
-            Some(s) if s.len.load(Ordering::Relaxed) == 0 => return Ok(s.seq),
+            Some(s) if s.len() == 0 => return Ok(s.seq),
             Some(s) => s.seq + 1,
             None => list_segments(&self.dir, vol)?.last().map_or(1, |s| s + 1),
         };
-        v.current = Some(self.create(vol, next)?);
+        let old = v.current.replace(self.create(vol, next)?);
+        // Its appends are synced by the next sync, like the current ones.
+        v.unsynced.extend(old.filter(|s| s.dirty.load(Ordering::Acquire)));
         Ok(next)
     }
 
@@ -213,6 +330,7 @@ impl DataLog {
             let mut vols = self.volumes.lock();
             if let Some(v) = vols.get_mut(&vol) {
                 v.readers.retain(|seq, _| *seq >= floor);
+                v.unsynced.retain(|s| s.seq >= floor);
                 if v.current.as_ref().is_some_and(|s| s.seq < floor) {
                     v.current = None;
                 }
@@ -234,6 +352,13 @@ impl DataLog {
 mod tests {
     use super::*;
 
+    fn data(r: Result<Read>) -> Vec<u8> {
+        match r.unwrap() {
+            Read::Data(d) => d.to_vec(),
+            Read::Lost(why) => panic!("lost: {why}"),
+        }
+    }
+
     #[test]
     fn appends_read_back_and_rotation_drops_old_segments() {
         let dir = tempfile::tempdir().unwrap();
@@ -241,23 +366,65 @@ mod tests {
         let v = VolumeId(3);
         let a = log.append(v, b"first block").unwrap();
         let b = log.append(v, b"second").unwrap();
-        assert_eq!(&log.read(v, &b).unwrap()[..], b"second");
+        assert_eq!(data(log.read(v, &b)), b"second");
         log.sync().unwrap();
         let floor = log.rotate(v).unwrap();
         let c = log.append(v, b"after rotation").unwrap();
-        assert_eq!(&log.read(v, &a).unwrap()[..], b"first block");
+        assert_eq!(data(log.read(v, &a)), b"first block");
         log.drop_below(v, floor).unwrap();
-        assert!(log.read(v, &a).is_err(), "dropped segment must not be readable");
-        assert_eq!(&log.read(v, &c).unwrap()[..], b"after rotation");
+        assert!(matches!(log.read(v, &a).unwrap(), Read::Lost(_)), "a dropped segment is gone");
+        assert_eq!(data(log.read(v, &c)), b"after rotation");
         assert_eq!(LogRef::decode(&c.encode()).unwrap(), c);
         // A reopened log starts a new segment and still reads the old one.
         drop(log);
         let log = DataLog::open(dir.path().to_path_buf()).unwrap();
         let d = log.append(v, b"new process").unwrap();
         assert!(d.seq > c.seq);
-        assert_eq!(&log.read(v, &c).unwrap()[..], b"after rotation");
-        // Damaged data is detected, not returned.
+        assert_eq!(data(log.read(v, &c)), b"after rotation");
+        // Damaged data is detected, not returned; so is data cut short.
         let bad = LogRef { crc: c.crc ^ 1, ..c };
-        assert_eq!(log.read(v, &bad).unwrap_err().kind(), crate::ErrorKind::Corrupt);
+        assert!(matches!(log.read(v, &bad).unwrap(), Read::Lost(_)));
+        let short = LogRef { offset: c.offset + 4096, ..c };
+        assert!(matches!(log.read(v, &short).unwrap(), Read::Lost(_)));
+    }
+
+    #[test]
+    fn a_sync_covers_rotated_segments_and_marks_what_it_made_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+        let v = VolumeId(1);
+        let a = log.append(v, &[1u8; 100]).unwrap();
+        // Rotated before any sync: the next sync still covers it.
+        let next = log.rotate(v).unwrap();
+        let b = log.append(v, &[2u8; 50]).unwrap();
+        let mut marks = log.sync().unwrap();
+        marks.sort_by_key(|m| m.seq);
+        assert_eq!(
+            marks,
+            vec![Mark { vol: v, seq: a.seq, upto: 100 }, Mark { vol: v, seq: next, upto: 50 }]
+        );
+        assert_eq!(b.seq, next);
+        // Nothing new: nothing to sync, no marks.
+        assert!(log.sync().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_segment_is_an_error_not_lost_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+        let v = VolumeId(2);
+        let a = log.append(v, b"x").unwrap();
+        log.rotate(v).unwrap();
+        drop(log);
+        // A directory where the segment was: opening it for reading fails
+        // with an I/O error other than "not found".
+        let seg = seg_path(dir.path(), v, a.seq);
+        std::fs::remove_file(&seg).unwrap();
+        std::fs::create_dir(&seg).unwrap();
+        let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+        match log.read(v, &a) {
+            Err(e) => assert_ne!(e.kind(), crate::error::ErrorKind::Corrupt, "{e}"),
+            Ok(r) => panic!("an unreadable segment read as {r:?}"),
+        }
     }
 }

@@ -36,12 +36,12 @@ pub use fs::FsHead;
 
 use crate::cas::ChunkStore;
 use crate::db::Db;
-use crate::error::{Error, ErrorKind, Result};
-use crate::id::VolumeId;
+use crate::error::{Error, Result};
+use crate::id::{VolumeId, VolumeName};
 use crate::map::{Map, MapRoot};
-use crate::records::{HeadRecord, Records, VolumeKind, VolumeRecord};
+use crate::records::{HeadRecord, Records, VolumeKind, VolumeRecord, keys};
 use bytes::Bytes;
-use datalog::{DataLog, LogRef};
+use datalog::{DataLog, LogRef, Read};
 use overlay::{Dirty, Overlay, Space};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::sync::Arc;
@@ -62,8 +62,30 @@ impl Storage {
     /// Durably syncs every write acknowledged so far: the data log first,
     /// then the WAL of the overlay entries that name it.
     pub fn sync(&self) -> Result<()> {
-        self.log.sync()?;
+        let mut b = crate::db::Batch::default();
+        self.sync_log(&mut b)?;
+        if !b.is_empty() {
+            self.db.write(b, false)?;
+        }
         self.db.sync()
+    }
+
+    /// Syncs the data log and adds to `b` the durable marks it reached:
+    /// written and synced with the WAL after it, they tell an acknowledged
+    /// write from one that never was (see [`Head::read_logged`]).
+    pub(crate) fn sync_log(&self, b: &mut crate::db::Batch) -> Result<()> {
+        for m in self.log.sync()? {
+            self.db.put_meta(b, &keys::durable(m.vol, m.seq), m.upto.to_string());
+        }
+        Ok(())
+    }
+
+    /// Whether the data `r` names was acknowledged as durable: below the
+    /// durable mark of its segment.
+    pub(crate) fn was_durable(&self, vol: VolumeId, r: &LogRef) -> Result<bool> {
+        let mark = self.db.get_meta(&keys::durable(vol, r.seq))?;
+        let upto = mark.as_deref().and_then(|m| std::str::from_utf8(m).ok()?.parse::<u64>().ok());
+        Ok(upto.is_some_and(|upto| r.offset + r.len as u64 <= upto))
     }
 
     /// The overlay of volume `vol`.
@@ -280,9 +302,15 @@ impl Head {
                     return Ok(None);
                 }
                 block::PendingLookup::Entry(Dirty::Value(v)) => return Ok(Some(Found::Value(v))),
-                // Written by this process since the seal: a failed check is damage.
+                // Written by this process since the seal: lost data is damage.
                 block::PendingLookup::Entry(Dirty::Logged(r)) => {
-                    return Ok(Some(Found::Data(self.storage.log.read(self.record.id, &r)?)));
+                    return match self.storage.log.read(self.record.id, &r)? {
+                        Read::Data(d) => Ok(Some(Found::Data(d))),
+                        Read::Lost(why) => Err(Error::corrupt(format!(
+                            "volume {}: a write of this process is lost: {why}",
+                            self.record.name
+                        ))),
+                    };
                 }
             }
         }
@@ -301,14 +329,18 @@ impl Head {
     /// Reads dirty data from the log. Data whose overlay entry outlived it
     /// (power lost before any flush made it durable) reads as `None`: that
     /// write was never acknowledged as durable, so the older content stands.
-    fn read_logged(&self, r: &LogRef) -> Result<Option<Bytes>> {
-        match self.storage.log.read(self.record.id, r) {
-            Ok(d) => Ok(Some(d)),
-            Err(e) if e.kind() == ErrorKind::Corrupt => {
-                tracing::warn!(volume = %self.record.name, error = %e, "dropping unflushed write lost in a crash");
+    /// Lost data that *was* acknowledged (below its segment's durable mark)
+    /// is damage: an error, never older content; an I/O failure is an error.
+    pub(crate) fn read_logged(&self, r: &LogRef) -> Result<Option<Bytes>> {
+        match self.storage.log.read(self.record.id, r)? {
+            Read::Data(d) => Ok(Some(d)),
+            Read::Lost(why) if self.storage.was_durable(self.record.id, r)? => {
+                Err(lost_acknowledged(&self.record.name, &why))
+            }
+            Read::Lost(why) => {
+                tracing::warn!(volume = %self.record.name, why, "dropping an unflushed write lost in a crash");
                 Ok(None)
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -321,6 +353,15 @@ impl Head {
     pub fn flush(&self) -> Result<()> {
         self.storage.sync()
     }
+}
+
+/// The error for acknowledged data that is gone.
+pub(crate) fn lost_acknowledged(volume: &VolumeName, why: &str) -> Error {
+    Error::corrupt(format!(
+        "volume {volume}: a write acknowledged as durable is lost ({why}); `forkfs fsck` \
+         lists the damage, `forkfs fsck --repair` drops the lost writes (their blocks go back \
+         to the last version)"
+    ))
 }
 
 /// True when every byte is zero (such blocks are stored as holes).

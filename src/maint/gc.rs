@@ -83,6 +83,10 @@ pub struct GcReport {
     pub packs_compacted: u64,
     pub packs_written: u64,
     pub orphans_deleted: u64,
+    /// Unindexed packs kept because they hold live chunks, or no readable
+    /// footer: the index lost them (`fsck --repair` indexes them again).
+    #[serde(default)]
+    pub unindexed_kept: u64,
     /// Bytes of pack objects gone (deleted, compacted away, orphans) minus
     /// bytes of new packs written.
     pub bytes_reclaimed: u64,
@@ -120,6 +124,15 @@ impl Store {
         if let Some(r) = self.remote() {
             r.import()?;
             r.refresh_heads(&|id| self.volumes().opened_id(id).is_some())?;
+        }
+        // An index behind the object store would make live data look dead.
+        let missing = self.records_missing_from_index()?;
+        if let Some(first) = missing.first() {
+            return Err(Error::corrupt(format!(
+                "gc refused: the index lacks {} records the object store holds (e.g. {first}); \
+                 run `forkfs fsck --repair`",
+                missing.len()
+            )));
         }
         let started = Instant::now();
         let start_ms = now_ms();
@@ -173,7 +186,8 @@ impl Store {
                     .iter()
                     .map(|p| p.info.len - live_bytes(p, &live).min(p.info.len))
                     .sum::<u64>();
-            report.orphans_deleted = self.gc_orphans(start_ms, grace_ms, true, &mut report)?;
+            report.orphans_deleted =
+                self.gc_orphans(start_ms, grace_ms, &live, true, &mut report)?;
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             return Ok(report);
         }
@@ -212,7 +226,7 @@ impl Store {
         }
 
         progress.stage("orphans", 0);
-        report.orphans_deleted = self.gc_orphans(start_ms, grace_ms, false, &mut report)?;
+        report.orphans_deleted = self.gc_orphans(start_ms, grace_ms, &live, false, &mut report)?;
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         tracing::info!(
             deleted = report.packs_deleted,
@@ -369,10 +383,13 @@ impl Store {
     }
 
     /// Deletes (or counts) pack objects that no index entry names.
+    /// An unindexed pack whose footer names a live chunk (an index that
+    /// lost it), or whose footer cannot be read, is kept and counted.
     fn gc_orphans(
         &self,
         start_ms: u64,
         grace_ms: u64,
+        live: &HashSet<ChunkId>,
         dry_run: bool,
         report: &mut GcReport,
     ) -> Result<u64> {
@@ -386,6 +403,24 @@ impl Store {
             }
             // In flight first: once indexed, an upload leaves the in-flight list.
             if self.chunks().is_in_flight(&id) || self.chunks().index().pack_info(&id)?.is_some() {
+                continue;
+            }
+            // The only copy of a live chunk: the index lost this pack.
+            let index = self.chunks().index();
+            let only_copy = |e: &pack::Entry| -> Result<bool> {
+                Ok(live.contains(&e.id) && !index.has_chunk(&e.id)?)
+            };
+            let holds_live =
+                pack::read_footer(backend, &meta.location, meta.size).and_then(|entries| {
+                    entries.iter().try_fold(false, |any, e| Ok(any || only_copy(e)?))
+                });
+            if !matches!(holds_live, Ok(false)) {
+                let why = match holds_live {
+                    Ok(_) => "holds the only copy of live chunks".to_string(),
+                    Err(e) => format!("has no readable footer ({e})"),
+                };
+                tracing::error!(pack = %id, "an unindexed pack {why}: kept; run `forkfs fsck --repair`");
+                report.unindexed_kept += 1;
                 continue;
             }
             if !dry_run {

@@ -14,10 +14,12 @@
 //! [`Store`]: crate::store::Store
 
 pub mod check;
+mod copies;
 pub mod gc;
 pub mod reach;
 pub mod repair;
 pub mod stats;
+mod unsaved;
 
 pub use check::{CheckOptions, CheckReport};
 pub use gc::{GcOptions, GcReport};

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::id::{ChunkId, PackId, VersionId};
 use crate::objects::keys as objects;
 use crate::progress::Progress;
-use crate::records::{VersionRecord, keys};
+use crate::records::{VersionRecord, keys, parse_id};
 use crate::store::Store;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -34,6 +34,9 @@ pub struct RepairReport {
     pub chunk_entries_repointed: usize,
     pub chunk_entries_dropped: usize,
     pub version_records_restored: Vec<String>,
+    /// Acknowledged writes whose data was gone, dropped: their blocks read
+    /// as in the last version again.
+    pub lost_writes_dropped: Vec<String>,
     /// Versions marked damaged (they reference data that is gone).
     pub damaged_versions: Vec<String>,
 }
@@ -44,6 +47,7 @@ impl Store {
         let mut report = RepairReport::default();
         self.rebuild_index(progress, &mut report)?;
         self.restore_version_records(&mut report)?;
+        report.lost_writes_dropped = self.drop_lost_writes()?;
         self.mark_damaged(progress, &mut report)?;
         Ok(report)
     }
@@ -169,7 +173,7 @@ impl Store {
         let mut wanted: Vec<VersionId> = Vec::new();
         for vol in self.volumes().list()? {
             for (_, id) in self.db().scan_meta(&keys::log_prefix(vol.id))? {
-                wanted.extend(std::str::from_utf8(&id).ok().and_then(VersionId::parse));
+                wanted.extend(parse_id(&id, "log entry").ok());
             }
         }
         let mut b = Batch::default();

@@ -72,8 +72,10 @@ fn serve(store_dir: &Path, settings: &Settings, a: &Args, report: bool) -> Resul
         Err(e) if e.is_store_in_use() => return hosted(store_dir, &req, report, signals),
         Err(e) => return Err(e.into()),
     };
-    let control = forkfs::service::serve(store.clone())?;
-    let host = host::Host::new(store.clone(), &control);
+    // The mount request is served before the socket answers anything.
+    let extensions = forkfs::service::Extensions::default();
+    let host = host::Host::new(store.clone(), &extensions);
+    let control = forkfs::service::serve(store.clone(), extensions)?;
     if let Err(e) = host.mount(&req) {
         // A mount asked for over the socket meanwhile ends too, cleanly.
         host.unmount_all();
@@ -330,8 +332,9 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         }
     }
     if let Some(pid) = holder {
-        // The mount's last checkpoint is done when its record goes; the
-        // store is free when its process exits, unless it serves others.
+        // The mount's last checkpoint is done when its record goes (a
+        // failed one left why); the store is free when its process exits,
+        // unless it serves others.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while std::time::Instant::now() < deadline
             && record::alive(pid)
@@ -340,6 +343,12 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         {
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+    if let Some(f) = record::Record::take_failure(store_dir, &dir) {
+        bail!(Error::new(
+            f.kind,
+            format!("{} unmounted, but not all was saved: {}", dir.display(), f.message)
+        ));
     }
     Ok(())
 }

@@ -1,10 +1,19 @@
 //! `<store>/mounts/<id>.json`: which process mounts what where, so
-//! `forkfs umount` can wait for a mount's end and its process's.
+//! `forkfs umount` can wait for a mount's end and its process's; and
+//! `<id>.failed`, left by a mount whose end did not save everything (its
+//! last checkpoint failed), so `forkfs umount` can say so and fail.
 //! Informational: the store's own lock is what excludes.
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// Why a mount's end did not save everything.
+#[derive(Serialize, Deserialize)]
+pub struct Failure {
+    pub kind: forkfs::ErrorKind,
+    pub message: String,
+}
 
 #[derive(Serialize, Deserialize)]
 struct Entry {
@@ -27,9 +36,28 @@ impl Record {
     pub fn write(store: &Path, dir: &Path, volume: &str) -> Result<Record> {
         let path = path_for(store, dir);
         std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+        let _ = std::fs::remove_file(path.with_extension("failed"));
         let e = Entry { pid: std::process::id(), dir: dir.to_path_buf(), volume: volume.into() };
         std::fs::write(&path, serde_json::to_vec(&e)?)?;
         Ok(Record { path })
+    }
+
+    /// Ends the record; a failed end leaves why, for `forkfs umount`.
+    pub fn end(self, failure: Option<&forkfs::Error>) {
+        if let Some(e) = failure {
+            let f = Failure { kind: e.kind(), message: forkfs::one_line(e) };
+            if let Ok(raw) = serde_json::to_vec(&f) {
+                let _ = std::fs::write(self.path.with_extension("failed"), raw);
+            }
+        }
+    }
+
+    /// Takes what the last mount on `dir` left of a failed end.
+    pub fn take_failure(store: &Path, dir: &Path) -> Option<Failure> {
+        let path = path_for(store, dir).with_extension("failed");
+        let raw = std::fs::read(&path).ok()?;
+        let _ = std::fs::remove_file(&path);
+        serde_json::from_slice(&raw).ok()
     }
 
     /// The pid of the live process mounted on `dir`, if any.

@@ -33,6 +33,10 @@ pub struct Backend {
     /// Remote stores: packs and version records go to local disk first
     /// and upload in the background (see `outbox.rs`).
     outbox: Option<super::outbox::Outbox>,
+    /// Held until everything above has stopped: the store's lock, so no
+    /// other process opens the store while upload workers still write in
+    /// it. Declared last: dropped after `Drop::drop` joined them.
+    _guard: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Backend {
@@ -65,7 +69,15 @@ impl Backend {
             fds,
             read_deadline: None,
             outbox: None,
+            _guard: None,
         })
+    }
+
+    /// Keeps `guard` (the store's lock) until this backend and its upload
+    /// workers have stopped.
+    pub fn with_guard(mut self, guard: Arc<dyn std::any::Any + Send + Sync>) -> Backend {
+        self._guard = Some(guard);
+        self
     }
 
     /// Puts of immutable objects (packs, version records) land in `dir`
@@ -335,7 +347,11 @@ impl Backend {
     fn sync_local(&self, key: &Path) -> Result<()> {
         let Some(root) = &self.local_root else { return Ok(()) };
         let path = root.join(key.as_ref());
-        std::fs::File::open(&path)?.sync_all()?;
+        let f = std::fs::File::open(&path)?;
+        // object_store creates it with the umask's mode: the owner's only.
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(crate::files::FILE_MODE))?;
+        f.sync_all()?;
         if let Some(dir) = path.parent() {
             std::fs::File::open(dir)?.sync_all()?;
         }

@@ -50,6 +50,21 @@ pub fn head(id: VolumeId) -> Path {
     Path::from(format!("{HEADS}/{:016x}.json", id.0))
 }
 
+/// Prefix under which the names of versions live (local stores).
+pub const TAGS: &str = "tags";
+
+/// The object that names a version `name` (its id, as text).
+pub fn tag(vol: VolumeId, name: &str) -> Path {
+    Path::from(format!("{TAGS}/{:016x}/{name}", vol.0))
+}
+
+/// Parses a tag key back into its volume and name.
+pub fn parse_tag(key: &Path) -> Option<(VolumeId, String)> {
+    let rest = key.as_ref().strip_prefix("tags/")?;
+    let (vol, name) = rest.split_once('/')?;
+    Some((VolumeId(u64::from_str_radix(vol, 16).ok()?), name.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -241,7 +241,8 @@ impl Outbox {
         use std::io::Write;
         let dir = &self.shared.dir;
         let tmp = dir.join(format!(".tmp-{seq:016x}"));
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f =
+            crate::files::private_file().write(true).create(true).truncate(true).open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
         std::fs::rename(&tmp, dir.join(file_name(seq, key)))?;

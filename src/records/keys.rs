@@ -4,6 +4,8 @@
 use crate::id::{VersionId, VolumeId};
 
 pub const NEXT_VOLUME_ID: &str = "next-volume-id";
+/// The id of the store this index belongs to (see `store/identity.rs`).
+pub const STORE_ID: &str = "store-id";
 /// Prefix of every volume record (keyed by name).
 pub const VOLUME_PREFIX: &str = "vol/";
 /// Prefix of every version record.
@@ -30,6 +32,14 @@ pub fn log_prefix(v: VolumeId) -> String {
 }
 pub fn log(v: VolumeId, seq: u64) -> String {
     format!("log/{:016x}/{seq:016x}", v.0)
+}
+/// How far data log segment `seq` of a volume is durable (bytes); writes
+/// below it were acknowledged as durable (see `head/datalog.rs`).
+pub fn durable(v: VolumeId, seq: u64) -> String {
+    format!("durable/{:016x}/{seq:016x}", v.0)
+}
+pub fn durable_prefix(v: VolumeId) -> String {
+    format!("durable/{:016x}/", v.0)
 }
 /// The first data log segment the volume's overlay may still name.
 pub fn log_floor(v: VolumeId) -> String {

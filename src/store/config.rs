@@ -13,6 +13,10 @@ pub const DEFAULT_DISK_CACHE: u64 = 8 << 30;
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct StoreConfig {
     pub format: u8,
+    /// The store's identity, also recorded in its index (see
+    /// `store/identity.rs`); absent in stores made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     pub pack_target: usize,
     pub zstd_level: i32,
     pub cache_bytes: u64,
@@ -35,6 +39,7 @@ impl Default for StoreConfig {
         let c = ChunkConfig::default();
         StoreConfig {
             format: RECORD_FORMAT,
+            id: None,
             pack_target: c.pack_target,
             zstd_level: c.zstd_level,
             cache_bytes: c.cache_bytes,

@@ -11,6 +11,7 @@
 //! Uses every layer below it.
 
 pub mod config;
+mod identity;
 mod sync;
 
 pub use config::{CONFIG_FILE, DEFAULT_BLOCK_SIZE, StoreConfig};
@@ -20,12 +21,15 @@ use crate::cas::{ChunkConfig, ChunkIndex, ChunkStore};
 use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
+use crate::files;
 use crate::graph::{Graph, Volumes};
 use crate::head::Storage;
 use crate::head::datalog::DataLog;
 use crate::objects::{Backend, keys};
+use crate::progress::Progress;
 use crate::records::{RECORD_FORMAT, Records, keys as meta_keys};
 use crate::sync::Remote;
+use identity::Opening;
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,6 +72,7 @@ impl Store {
             return Err(Error::invalid("block size must be a power of two"));
         }
         let mut config = config;
+        config.id.get_or_insert_with(identity::new_id);
         let mut existing = false;
         if let Some(r) = &config.remote {
             r.validate()?;
@@ -80,17 +85,17 @@ impl Store {
                     disk_cache_bytes: config.disk_cache_bytes,
                     ..theirs
                 };
+                config.id.get_or_insert_with(identity::new_id);
                 existing = true;
             } else {
                 let shared = StoreConfig { remote: None, ..config.clone() };
                 backend.put(&keys::store_config(), crate::records::encode(&shared)?)?;
             }
         }
-        std::fs::create_dir_all(dir)?;
+        files::private_dir(dir)?;
         let tmp = dir.join(format!("{CONFIG_FILE}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&config)?)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        let store = Store::open_config(dir, &config, settings)?;
+        files::write_private(&tmp, &serde_json::to_vec_pretty(&config)?)?;
+        let store = Store::open_config(dir, &config, settings, Opening::Create)?;
         if existing {
             let publisher = store.remote().map(|r| r.publisher());
             let attached = crate::sync::attach(store.storage(), publisher, &crate::progress::Quiet);
@@ -113,41 +118,67 @@ impl Store {
 
     /// [`Store::open`] for a process with `settings`.
     pub fn open_with(dir: &Path, settings: &Settings) -> Result<Store> {
-        let cfg_path = dir.join(CONFIG_FILE);
-        let raw = std::fs::read(&cfg_path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::not_found(format!(
-                "no forkfs store at {} (create one with `forkfs init`)",
-                dir.display()
-            )),
-            _ => e.into(),
-        })?;
-        let config: StoreConfig = serde_json::from_slice(&raw)
-            .map_err(|e| Error::corrupt(format!("{}: {e}", cfg_path.display())))?;
-        if config.format != RECORD_FORMAT {
-            return Err(Error::corrupt(format!("store format {} is not supported", config.format)));
-        }
-        Store::open_config(dir, &config, settings)
+        Store::open_config(dir, &read_config(dir)?, settings, Opening::Existing)
     }
 
-    fn open_config(dir: &Path, config: &StoreConfig, settings: &Settings) -> Result<Store> {
-        let config = config.clone();
-        let db = Arc::new(Db::open(dir)?);
+    /// Opens a store whose index is lost (missing, empty or another
+    /// store's, [`Error::is_index_lost`]) with a new index rebuilt from the
+    /// object store: volume, head, version and tag records from their
+    /// objects, the chunk index from the pack footers. The old index is
+    /// moved aside (`index.lost-<ms>`), not deleted. Writes that were in
+    /// no version are lost with it.
+    pub fn rebuild(dir: &Path, settings: &Settings, progress: &dyn Progress) -> Result<Store> {
+        let store = Store::open_config(dir, &read_config(dir)?, settings, Opening::Rebuild)?;
+        let publisher = store.remote().map(|r| r.publisher());
+        let report = crate::sync::attach(store.storage(), publisher, progress)?;
+        let tags = store.graph().import_tags()?;
+        tracing::warn!(?report, tags, "rebuilt the index from the object store");
+        Ok(store)
+    }
+
+    fn open_config(
+        dir: &Path,
+        config: &StoreConfig,
+        settings: &Settings,
+        opening: Opening,
+    ) -> Result<Store> {
+        let mut config = config.clone();
+        keep_private(dir)?;
+        if opening == Opening::Existing && !dir.join(crate::db::DIR).exists() {
+            return Err(identity::index_lost(dir, "is missing"));
+        }
+        let db = match opening {
+            Opening::Rebuild => Db::open_fresh(dir),
+            _ => Db::open(dir),
+        };
+        let db = Arc::new(db.map_err(|e| match e.detail() {
+            // A database that does not open is as good as lost: rebuilt
+            // from the object store by `fsck --repair`.
+            Some(crate::error::Detail::Db(rocksdb::ErrorKind::Corruption)) => {
+                identity::index_lost(dir, &format!("is damaged ({e})"))
+            }
+            _ => e,
+        })?);
+        identity::settle(dir, &mut config, &db, opening)?;
         let stall = config.remote.as_ref().map(|r| r.stall(settings));
-        let backend = Arc::new(match &config.remote {
-            None => Backend::local(dir.join("objects"))?,
-            Some(r) => {
-                let (os, root) = r.open()?;
-                let local = root.is_some();
-                let b = Backend::new(os, root, r.url.clone())?
-                    .with_read_deadline(r.read_deadline(settings));
-                // A `file://` remote takes its puts durably at once.
-                if local {
-                    b
-                } else {
-                    b.with_outbox(dir.join("outbox"), r.pending_limit(settings))?
+        let backend = Arc::new(
+            match &config.remote {
+                None => Backend::local(dir.join("objects"))?,
+                Some(r) => {
+                    let (os, root) = r.open()?;
+                    let local = root.is_some();
+                    let b = Backend::new(os, root, r.url.clone())?
+                        .with_read_deadline(r.read_deadline(settings));
+                    // A `file://` remote takes its puts durably at once.
+                    if local {
+                        b
+                    } else {
+                        b.with_outbox(dir.join("outbox"), r.pending_limit(settings))?
+                    }
                 }
             }
-        });
+            .with_guard(db.lock()),
+        );
         let chunk_config = ChunkConfig {
             pack_target: config.pack_target,
             zstd_level: config.zstd_level,
@@ -163,7 +194,10 @@ impl Store {
         let storage = Arc::new(Storage {
             db: db.clone(),
             chunks,
-            log: DataLog::open(dir.join("log"))?,
+            log: match DataLog::open(dir.join("log"))? {
+                log if settings.test_skip_log_sync => log.without_sync(),
+                log => log,
+            },
             records: Records::new(db.clone(), backend.clone()),
         });
         // A store on S3/GCS/Azure (puts go through the outbox) has a
@@ -223,7 +257,7 @@ impl Store {
     }
 
     /// The remote side of a store on S3, GCS or Azure.
-    pub fn remote(&self) -> Option<&Arc<Remote>> {
+    pub(crate) fn remote(&self) -> Option<&Arc<Remote>> {
         self.inner.remote.as_ref()
     }
 
@@ -259,6 +293,36 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Store({})", self.inner.dir.display())
     }
+}
+
+/// The store directory is its owner's only (0700): a store made by an
+/// older forkfs, or whose mode was changed, is made so again.
+fn keep_private(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        tracing::warn!(dir = %dir.display(), mode = format!("{:o}", mode & 0o777), "the store directory was open to other users; made 0700");
+        files::private_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The configuration of the store at `dir`.
+fn read_config(dir: &Path) -> Result<StoreConfig> {
+    let cfg_path = dir.join(CONFIG_FILE);
+    let raw = std::fs::read(&cfg_path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::not_found(format!(
+            "no forkfs store at {} (create one with `forkfs init`)",
+            dir.display()
+        )),
+        _ => e.into(),
+    })?;
+    let config: StoreConfig = serde_json::from_slice(&raw)
+        .map_err(|e| Error::corrupt(format!("{}: {e}", cfg_path.display())))?;
+    if config.format != RECORD_FORMAT {
+        return Err(Error::corrupt(format!("store format {} is not supported", config.format)));
+    }
+    Ok(config)
 }
 
 /// The settings of the store a remote already holds (its `store.json`).

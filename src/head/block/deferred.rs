@@ -267,8 +267,8 @@ impl BlockHead {
         let stats = stats_of(&d.pending);
         if !d.pending.is_empty() || d.pending.since_ms.is_some() {
             // The data first: a synced entry never names unsynced data.
-            self.head().storage.log.sync()?;
             let mut b = WriteBatch::default();
+            self.head().storage.sync_log(&mut b)?;
             let p = &d.pending;
             // Ranges first: every pending block entry inside a pending range
             // is newer than the range (zeroing dropped older ones).

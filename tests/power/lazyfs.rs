@@ -1,0 +1,695 @@
+//! A filesystem that loses what was not synced, to cut the power under a
+//! store (the model of LazyFS, dsrhaslab/lazyfs): a FUSE passthrough over a
+//! backing directory that keeps file data written since the last
+//! `fsync`/`fdatasync` in its own memory, as a page cache does, and drops
+//! it all on [`Mounted::cut_power`]. Reads see the unsynced data; the
+//! backing directory holds only what was synced, which is what a machine
+//! sees after it lost power.
+//!
+//! The model is LazyFS's: file data (and sizes) are lost unless synced;
+//! namespace operations (create, rename, unlink, mkdir) reach the backing
+//! directory at once, as a journalling filesystem commits them with the
+//! next fsync of the file anyway. Served in the test's own process.
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
+};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const PAGE: u64 = 4096;
+const ROOT: u64 = 1;
+/// No caching in the kernel: sizes change with unsynced writes here.
+const TTL: Duration = Duration::ZERO;
+
+/// Data written to a file since its last sync.
+#[derive(Default)]
+struct Dirty {
+    /// The file's size as its writers see it.
+    size: u64,
+    pages: BTreeMap<u64, Vec<u8>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Inode (the backing file's) -> path relative to the backing root.
+    paths: HashMap<u64, PathBuf>,
+    dirty: HashMap<u64, Dirty>,
+    /// Open handles: file handle -> (inode, file).
+    handles: HashMap<u64, (u64, Arc<File>)>,
+}
+
+/// What happened so far (for a test's report).
+#[derive(Default)]
+pub struct Counters {
+    pub syncs: AtomicU64,
+    pub bytes_dropped: AtomicU64,
+}
+
+struct LazyFs {
+    backing: PathBuf,
+    state: Arc<Mutex<State>>,
+    next_fh: AtomicU64,
+    counters: Arc<Counters>,
+}
+
+fn errno(e: std::io::Error) -> Errno {
+    Errno::from(e)
+}
+
+fn kind_of(m: &std::fs::Metadata) -> FileType {
+    FileType::from_std(m.file_type()).unwrap_or(FileType::RegularFile)
+}
+
+fn time(secs: i64, nsecs: i64) -> SystemTime {
+    if secs >= 0 { UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32) } else { UNIX_EPOCH }
+}
+
+impl LazyFs {
+    fn full(&self, rel: &Path) -> PathBuf {
+        self.backing.join(rel)
+    }
+
+    fn path_of(&self, ino: u64) -> Result<PathBuf, Errno> {
+        if ino == ROOT {
+            return Ok(PathBuf::new());
+        }
+        self.state.lock().paths.get(&ino).cloned().ok_or(Errno::ENOENT)
+    }
+
+    /// The inode number the kernel sees for a backing file.
+    fn ino_of(rel: &Path, m: &std::fs::Metadata) -> u64 {
+        if rel.as_os_str().is_empty() { ROOT } else { m.ino() }
+    }
+
+    fn attr(&self, ino: u64, m: &std::fs::Metadata) -> FileAttr {
+        let size = self.state.lock().dirty.get(&ino).map_or(m.len(), |d| d.size);
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: time(m.atime(), m.atime_nsec()),
+            mtime: time(m.mtime(), m.mtime_nsec()),
+            ctime: time(m.ctime(), m.ctime_nsec()),
+            crtime: time(m.ctime(), m.ctime_nsec()),
+            kind: kind_of(m),
+            perm: (m.mode() & 0o7777) as u16,
+            nlink: m.nlink() as u32,
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev() as u32,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Stats `rel`, remembers its inode, and gives its attributes.
+    fn entry(&self, rel: PathBuf) -> Result<FileAttr, Errno> {
+        let m = std::fs::symlink_metadata(self.full(&rel)).map_err(errno)?;
+        let ino = Self::ino_of(&rel, &m);
+        let attr = self.attr(ino, &m);
+        if ino != ROOT {
+            self.state.lock().paths.insert(ino, rel);
+        }
+        Ok(attr)
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<PathBuf, Errno> {
+        Ok(self.path_of(parent.0)?.join(name))
+    }
+
+    /// Writes the dirty data of `ino` to its backing file.
+    fn sync_ino(&self, ino: u64, file: &File) -> Result<(), Errno> {
+        let Some(d) = self.state.lock().dirty.remove(&ino) else { return Ok(()) };
+        for (idx, page) in &d.pages {
+            let at = idx * PAGE;
+            if at >= d.size {
+                continue;
+            }
+            let n = (d.size - at).min(PAGE) as usize;
+            file.write_all_at(&page[..n], at).map_err(errno)?;
+        }
+        file.set_len(d.size).map_err(errno)?;
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<(u64, Arc<File>), Errno> {
+        self.state.lock().handles.get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn open_file(&self, ino: u64, flags: i32) -> Result<FileHandle, Errno> {
+        let rel = self.path_of(ino)?;
+        let acc = flags & libc::O_ACCMODE;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(acc != libc::O_RDONLY)
+            .open(self.full(&rel))
+            .map_err(errno)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.state.lock().handles.insert(fh, (ino, Arc::new(f)));
+        Ok(FileHandle(fh))
+    }
+}
+
+impl Filesystem for LazyFs {
+    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.child(parent, name).and_then(|p| self.entry(p)) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.path_of(ino.0).and_then(|p| self.entry(p)) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let run = || -> Result<FileAttr, Errno> {
+            let rel = self.path_of(ino.0)?;
+            let full = self.full(&rel);
+            if let Some(m) = mode {
+                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(m & 0o7777))
+                    .map_err(errno)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                std::os::unix::fs::lchown(&full, uid, gid).map_err(errno)?;
+            }
+            if let Some(size) = size {
+                // A size change is file data: lost unless synced.
+                let backing = std::fs::metadata(&full).map_err(errno)?.len();
+                let mut st = self.state.lock();
+                let d = st
+                    .dirty
+                    .entry(ino.0)
+                    .or_insert_with(|| Dirty { size: backing, ..Default::default() });
+                d.size = size;
+                d.pages.retain(|idx, _| idx * PAGE < size);
+                if let Some(p) = d.pages.get_mut(&(size / PAGE)) {
+                    p[(size % PAGE) as usize..].fill(0);
+                }
+                if size < backing && !d.pages.contains_key(&(size / PAGE)) && size % PAGE != 0 {
+                    // The bytes past the new end must read as zeros if it grows again.
+                    let mut page = vec![0u8; PAGE as usize];
+                    let f = File::open(&full).map_err(errno)?;
+                    let at = size / PAGE * PAGE;
+                    let n = f.read_at(&mut page[..(size - at) as usize], at).map_err(errno)?;
+                    page[n..].fill(0);
+                    d.pages.insert(size / PAGE, page);
+                }
+            }
+            self.entry(rel)
+        };
+        match run() {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.path_of(ino.0).and_then(|p| std::fs::read_link(self.full(&p)).map_err(errno)) {
+            Ok(t) => reply.data(t.as_os_str().as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let run = || -> Result<FileAttr, Errno> {
+            let rel = self.child(parent, name)?;
+            let full = self.full(&rel);
+            std::fs::create_dir(&full).map_err(errno)?;
+            std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode & 0o7777))
+                .map_err(errno)?;
+            self.entry(rel)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .child(parent, name)
+            .and_then(|p| std::fs::remove_file(self.full(&p)).map_err(errno))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .child(parent, name)
+            .and_then(|p| std::fs::remove_dir(self.full(&p)).map_err(errno))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let run = || -> Result<FileAttr, Errno> {
+            let rel = self.child(parent, link_name)?;
+            std::os::unix::fs::symlink(target, self.full(&rel)).map_err(errno)?;
+            self.entry(rel)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let run = || -> Result<(), Errno> {
+            if flags.bits() != 0 {
+                return Err(Errno::EINVAL);
+            }
+            let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
+            std::fs::rename(self.full(&from), self.full(&to)).map_err(errno)?;
+            // Known paths under the old name follow it.
+            let mut st = self.state.lock();
+            for p in st.paths.values_mut() {
+                if let Ok(rest) = p.strip_prefix(&from) {
+                    *p = if rest.as_os_str().is_empty() { to.clone() } else { to.join(rest) };
+                }
+            }
+            Ok(())
+        };
+        match run() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let run = || -> Result<FileAttr, Errno> {
+            let (from, to) = (self.path_of(ino.0)?, self.child(newparent, newname)?);
+            std::fs::hard_link(self.full(&from), self.full(&to)).map_err(errno)?;
+            self.entry(to)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(ino.0, flags.0) {
+            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let run = || -> Result<(FileAttr, FileHandle), Errno> {
+            let rel = self.child(parent, name)?;
+            let mut o = std::fs::OpenOptions::new();
+            o.read(true).write(true).create(true).mode(mode & 0o7777);
+            if flags & libc::O_EXCL != 0 {
+                o.create_new(true);
+            }
+            drop(o.open(self.full(&rel)).map_err(errno)?);
+            let attr = self.entry(rel)?;
+            let fh = self.open_file(attr.ino.0, libc::O_RDWR)?;
+            Ok((attr, fh))
+        };
+        match run() {
+            Ok((a, fh)) => reply.created(&TTL, &a, Generation(0), fh, FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let run = || -> Result<Vec<u8>, Errno> {
+            let (ino, f) = self.handle(fh)?;
+            let backing = f.metadata().map_err(errno)?.len();
+            let st = self.state.lock();
+            let d = st.dirty.get(&ino);
+            let len = d.map_or(backing, |d| d.size);
+            if offset >= len {
+                return Ok(Vec::new());
+            }
+            let n = (len - offset).min(size as u64) as usize;
+            let mut buf = vec![0u8; n];
+            if offset < backing {
+                let m = ((backing - offset) as usize).min(n);
+                f.read_exact_at(&mut buf[..m], offset).map_err(errno)?;
+            }
+            if let Some(d) = d {
+                for (idx, page) in d.pages.range(offset / PAGE..=(offset + n as u64 - 1) / PAGE) {
+                    let at = idx * PAGE;
+                    let from = offset.max(at);
+                    let to = (offset + n as u64).min(at + PAGE);
+                    buf[(from - offset) as usize..(to - offset) as usize]
+                        .copy_from_slice(&page[(from - at) as usize..(to - at) as usize]);
+                }
+            }
+            Ok(buf)
+        };
+        match run() {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let run = || -> Result<(), Errno> {
+            let (ino, f) = self.handle(fh)?;
+            let backing = f.metadata().map_err(errno)?.len();
+            let mut st = self.state.lock();
+            let d = st
+                .dirty
+                .entry(ino)
+                .or_insert_with(|| Dirty { size: backing, ..Default::default() });
+            let end = offset + data.len() as u64;
+            let mut at = offset;
+            while at < end {
+                let idx = at / PAGE;
+                let page = match d.pages.get_mut(&idx) {
+                    Some(p) => p,
+                    None => {
+                        // The page as the file holds it, below the current size.
+                        let mut p = vec![0u8; PAGE as usize];
+                        let start = idx * PAGE;
+                        let upto = backing.min(d.size);
+                        if start < upto {
+                            let m = ((upto - start).min(PAGE)) as usize;
+                            f.read_exact_at(&mut p[..m], start).map_err(errno)?;
+                        }
+                        d.pages.entry(idx).or_insert(p)
+                    }
+                };
+                let within = (at % PAGE) as usize;
+                let n = ((PAGE as usize) - within).min((end - at) as usize);
+                let src = (at - offset) as usize;
+                page[within..within + n].copy_from_slice(&data[src..src + n]);
+                at += n as u64;
+            }
+            d.size = d.size.max(end);
+            Ok(())
+        };
+        match run() {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2) syncs nothing.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.state.lock().handles.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.handle(fh).and_then(|(ino, f)| self.sync_ino(ino, &f)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let run = || -> Result<Vec<(u64, FileType, std::ffi::OsString)>, Errno> {
+            let rel = self.path_of(ino.0)?;
+            let mut out = vec![
+                (ino.0, FileType::Directory, ".".into()),
+                (ino.0, FileType::Directory, "..".into()),
+            ];
+            for e in std::fs::read_dir(self.full(&rel)).map_err(errno)? {
+                let e = e.map_err(errno)?;
+                let m = e.metadata().map_err(errno)?;
+                out.push((m.ino(), kind_of(&m), e.file_name()));
+            }
+            Ok(out)
+        };
+        match run() {
+            Ok(entries) => {
+                for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
+                {
+                    if reply.add(INodeNo(ino), i as u64 + 1, kind, &name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let c = CString::new(self.backing.as_os_str().as_bytes()).expect("no NUL in the path");
+        // SAFETY: statvfs writes into the zeroed struct we own.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+            return reply.error(Errno::EIO);
+        }
+        reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            s.f_files,
+            s.f_ffree,
+            s.f_bsize as u32,
+            255,
+            s.f_frsize as u32,
+        );
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Reserving space changes nothing a reader sees; growing is a write.
+        let run = || -> Result<(), Errno> {
+            if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+                let (ino, f) = self.handle(fh)?;
+                let backing = f.metadata().map_err(errno)?.len();
+                let mut st = self.state.lock();
+                let d = st
+                    .dirty
+                    .entry(ino)
+                    .or_insert_with(|| Dirty { size: backing, ..Default::default() });
+                d.size = d.size.max(offset + length);
+            }
+            Ok(())
+        };
+        match run() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+/// A lazy filesystem mounted in this process.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    state: Arc<Mutex<State>>,
+    pub counters: Arc<Counters>,
+    pub mountpoint: PathBuf,
+}
+
+impl Mounted {
+    /// Mounts at `mountpoint` a lazy view of `backing` (both existing dirs).
+    pub fn mount(backing: &Path, mountpoint: &Path) -> Mounted {
+        let state: Arc<Mutex<State>> = Arc::default();
+        let counters: Arc<Counters> = Arc::default();
+        let fs = LazyFs {
+            backing: backing.to_path_buf(),
+            state: state.clone(),
+            next_fh: AtomicU64::new(1),
+            counters: counters.clone(),
+        };
+        let mut config = fuser::Config::default();
+        config.mount_options = vec![fuser::MountOption::FSName("lazyfs".into())];
+        config.acl = fuser::SessionACL::All;
+        config.n_threads = Some(4);
+        config.clone_fd = true;
+        let session = fuser::Session::new(fs, mountpoint, &config)
+            .and_then(|s| s.spawn())
+            .unwrap_or_else(|e| panic!("mounting lazyfs on {}: {e}", mountpoint.display()));
+        Mounted { session: Some(session), state, counters, mountpoint: mountpoint.to_path_buf() }
+    }
+
+    /// Power lost: every byte not synced is gone, and the filesystem is
+    /// unmounted (kill its users first). Returns the bytes dropped.
+    pub fn cut_power(mut self) -> u64 {
+        let dropped: u64 = {
+            let mut st = self.state.lock();
+            let n = st.dirty.values().map(|d| d.pages.len() as u64 * PAGE).sum();
+            st.dirty.clear();
+            st.handles.clear();
+            n
+        };
+        self.counters.bytes_dropped.fetch_add(dropped, Ordering::Relaxed);
+        self.unmount();
+        dropped
+    }
+
+    fn unmount(&mut self) {
+        let Some(s) = self.session.take() else { return };
+        if s.umount_and_join().is_err() {
+            // Still busy (a process we could not kill in time): detach it.
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.mountpoint).status();
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}

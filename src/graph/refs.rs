@@ -105,10 +105,12 @@ impl Graph {
         if self.db().get_meta(&key)?.is_none() {
             return Err(Error::not_found(format!("{} has no version named {name}", volume.name)));
         }
+        // The object copy goes first: a crash in between must not let a
+        // rebuilt index bring the name back.
+        self.delete_tag_object(volume.id, name)?;
         let mut b = Batch::default();
         self.db().delete_meta(&mut b, &key);
-        self.db().write(b, true)?;
-        self.delete_tag_object(volume.id, name)
+        self.db().write(b, true)
     }
 
     /// Deletes a version record (and its tags). Data it alone referenced is
@@ -127,11 +129,14 @@ impl Graph {
                 names.push(name);
             }
         }
-        db.write(b, true)?;
+        // Object copies go first: after a crash in between the index still
+        // holds the version (fsck reports its missing copy), and neither a
+        // GC nor a rebuilt index brings a deleted version back.
         for name in names {
             self.delete_tag_object(volume.id, &name)?;
         }
-        self.storage.chunks.backend().delete(&objects::version(&version.id))
+        self.storage.chunks.backend().delete(&objects::version(&version.id))?;
+        db.write(b, true)
     }
 
     /// Writes the object copy of a tag, so a lost index comes back with

@@ -81,15 +81,21 @@ impl Store {
         let backend = self.chunks().backend();
         let records = &self.storage().records;
         let db = self.db();
+        // Read in the order writers commit, so that work committing
+        // meanwhile is never counted: the next ids before what they bound.
+        let next: u64 = db.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
         let known: std::collections::HashMap<VolumeId, VolumeRecord> =
             self.volumes().list()?.into_iter().map(|v| (v.id, v)).collect();
-        let next: u64 = db.get_json(keys::NEXT_VOLUME_ID)?.unwrap_or(1);
-        let mut missing = Vec::new();
+        let mut next_seq = std::collections::HashMap::new();
+        for id in known.keys() {
+            next_seq.insert(*id, records.head(*id)?.next_seq);
+        }
+        let mut candidates = Vec::new();
         for o in backend.list(objects::VOLUMES)? {
             let id = o.location.filename().and_then(|f| f.strip_suffix(".json"));
             let Some(id) = id.and_then(|h| u64::from_str_radix(h, 16).ok()) else { continue };
             if id < next && !known.contains_key(&VolumeId(id)) {
-                missing.push(format!("volume record {}", o.location));
+                candidates.push((o.location, format!("volume record {id:x}")));
             }
         }
         for o in backend.list(objects::VERSIONS)? {
@@ -98,11 +104,29 @@ impl Store {
             if db.get_meta(&keys::version(&id))?.is_some() {
                 continue;
             }
-            let Ok(v) = VersionRecord::decode(&backend.get(&o.location)?) else { continue };
-            let Some(vol) = known.get(&v.volume) else { continue };
+            let bytes = match backend.get(&o.location) {
+                Ok(b) => b,
+                Err(e) if e.kind() == crate::error::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let Ok(v) = VersionRecord::decode(&bytes) else { continue };
+            let (Some(vol), Some(n)) = (known.get(&v.volume), next_seq.get(&v.volume)) else {
+                continue;
+            };
             let slot_empty = db.get_meta(&keys::log(vol.id, v.seq))?.is_none();
-            if slot_empty && v.seq < records.head(vol.id)?.next_seq {
-                missing.push(format!("version record {}@{}", vol.name, id.short()));
+            if slot_empty && v.seq < *n {
+                candidates
+                    .push((o.location, format!("version record {}@{}", vol.name, id.short())));
+            }
+        }
+        // A deletion removes the object before the index entry: one gone
+        // by now was being deleted, not lost.
+        let mut missing = Vec::new();
+        for (location, what) in candidates {
+            match backend.get(&location) {
+                Ok(_) => missing.push(what),
+                Err(e) if e.kind() == crate::error::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(missing)

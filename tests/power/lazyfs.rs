@@ -21,7 +21,9 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, OsStr};
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -130,8 +132,15 @@ impl LazyFs {
     }
 
     /// Writes the dirty data of `ino` to its backing file.
+    /// `file` may be any handle of the inode, a read-only one too (fsync
+    /// through it syncs the inode, as on a disk).
     fn sync_ino(&self, ino: u64, file: &File) -> Result<(), Errno> {
         let Some(d) = self.state.lock().dirty.remove(&ino) else { return Ok(()) };
+        // Reopened for writing through the handle, whatever its name now.
+        let file = &std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .map_err(errno)?;
         for (idx, page) in &d.pages {
             let at = idx * PAGE;
             if at >= d.size {
@@ -143,6 +152,17 @@ impl LazyFs {
         file.set_len(d.size).map_err(errno)?;
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Drops what is kept of an inode whose last name and last handle are
+    /// gone (`links` names left): the backing file system reuses its
+    /// number for new files.
+    fn forget_if_gone(&self, ino: u64, links: u64) {
+        let mut st = self.state.lock();
+        if links == 0 && !st.handles.values().any(|(i, _)| *i == ino) {
+            st.dirty.remove(&ino);
+            st.paths.remove(&ino);
+        }
     }
 
     fn handle(&self, fh: FileHandle) -> Result<(u64, Arc<File>), Errno> {
@@ -271,11 +291,44 @@ impl Filesystem for LazyFs {
         }
     }
 
+    /// Sockets (the store's control socket) and fifos.
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let run = || -> Result<FileAttr, Errno> {
+            let rel = self.child(parent, name)?;
+            let full = std::ffi::CString::new(self.full(&rel).into_os_string().into_vec())
+                .map_err(|_| Errno::EINVAL)?;
+            // SAFETY: mknod(2) on a NUL-terminated path this function owns.
+            let rc =
+                unsafe { libc::mknod(full.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) };
+            if rc != 0 {
+                return Err(errno(std::io::Error::last_os_error()));
+            }
+            self.entry(rel)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .child(parent, name)
-            .and_then(|p| std::fs::remove_file(self.full(&p)).map_err(errno))
-        {
+        let run = || -> Result<(), Errno> {
+            let full = self.full(&self.child(parent, name)?);
+            let m = std::fs::symlink_metadata(&full).map_err(errno)?;
+            std::fs::remove_file(&full).map_err(errno)?;
+            self.forget_if_gone(m.ino(), m.nlink() - 1);
+            Ok(())
+        };
+        match run() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -325,7 +378,11 @@ impl Filesystem for LazyFs {
                 return Err(Errno::EINVAL);
             }
             let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
+            let replaced = std::fs::symlink_metadata(self.full(&to)).ok();
             std::fs::rename(self.full(&from), self.full(&to)).map_err(errno)?;
+            if let Some(m) = replaced.filter(|m| !m.is_dir()) {
+                self.forget_if_gone(m.ino(), m.nlink() - 1);
+            }
             // Known paths under the old name follow it.
             let mut st = self.state.lock();
             for p in st.paths.values_mut() {
@@ -513,7 +570,10 @@ impl Filesystem for LazyFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.state.lock().handles.remove(&fh.0);
+        let closed = self.state.lock().handles.remove(&fh.0);
+        if let Some((ino, f)) = closed {
+            self.forget_if_gone(ino, f.metadata().map_or(1, |m| m.nlink()));
+        }
         reply.ok();
     }
 

@@ -7,12 +7,21 @@ use crate::{Machine, kill, rounds, seed, tree};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 type Files = BTreeMap<String, Vec<u8>>;
+/// A tree by content hash (what a snapshot must hold, kept small).
+type Sums = BTreeMap<String, u64>;
+
+fn sums<'a>(files: impl IntoIterator<Item = (&'a String, &'a Vec<u8>)>) -> Sums {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let h = BuildHasherDefault::<DefaultHasher>::default();
+    files.into_iter().map(|(k, v)| (k.clone(), h.hash_one(v))).collect()
+}
 
 /// What the workload was told was durable, and what it wrote at all.
 #[derive(Default)]
@@ -22,13 +31,17 @@ struct Acked {
     /// Files whose writes returned (durable or not).
     written: Files,
     /// Snapshots that returned: name -> the files they must hold.
-    snapshots: Vec<(String, Files)>,
+    snapshots: Vec<(String, Sums)>,
 }
 
 /// One round's writer: files, fsyncs, snapshots and gcs until the mount
 /// dies under it.
 fn workload(m: &Attached, dir: &Path, round: usize, base: &Files, seed: u64, acked: &Mutex<Acked>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // Paths go through a descriptor of the mount's root: once the mount
+    // dies they fail, even after the directory under it shows again.
+    let Ok(root) = std::fs::File::open(dir) else { return };
+    let dir = Path::new("/proc/self/fd").join(root.as_raw_fd().to_string());
     for i in 0.. {
         let name = format!("r{round}/f{i}");
         let data = crate::common::random(rng.random_range(0..200_000), seed ^ i as u64);
@@ -51,10 +64,13 @@ fn workload(m: &Attached, dir: &Path, round: usize, base: &Files, seed: u64, ack
         drop(f);
         if i % 7 == 6 {
             let snap = format!("r{round}-s{i}");
-            let mut want = base.clone();
-            want.extend(acked.lock().unwrap().written.clone());
+            let mut want = sums(base);
+            want.extend(sums(&acked.lock().unwrap().written));
             match m.forkfs(&["snapshot", "ws", "--name", &snap]).output() {
-                Ok(o) if o.status.success() => acked.lock().unwrap().snapshots.push((snap, want)),
+                // Taken by the mount: its file handles still work.
+                Ok(o) if o.status.success() && root.metadata().is_ok() => {
+                    acked.lock().unwrap().snapshots.push((snap, want))
+                }
                 _ => return,
             }
         }
@@ -96,6 +112,7 @@ fn verify(m: &Machine, round: usize, base: &Files, acked: &Acked) -> Result<File
     }
     for (i, (snap, want)) in acked.snapshots.iter().enumerate() {
         let got = export(&format!("ws@{snap}"), &out.path().join(format!("s{i}")))?;
+        let got = sums(&got);
         if got != *want {
             let missing: Vec<_> = want.keys().filter(|k| got.get(*k) != want.get(*k)).collect();
             return Err(format!("snapshot {snap} differs from what it acknowledged: {missing:?}"));

@@ -16,8 +16,8 @@ const BS: u64 = 4096;
 /// The client: prints `w OFFSET BYTE` before each write, `f` after each
 /// FLUSH returns.
 const CLIENT: &str = r#"
-import random, sys
-random.seed(int(sys.argv[1]))
+import random
+random.seed(SEED)
 n = h.get_size() // 4096
 while True:
     off = random.randrange(n) * 4096
@@ -65,6 +65,7 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
     let nbd = crate::common::forkfs_bin().with_file_name("forkfs-nbd");
     let mut base = vec![0u8; SIZE as usize];
     let rounds = rounds();
+    let (mut total_writes, mut total_flushes) = (0, 0);
     for round in 0..rounds {
         let sock = m.store().parent().unwrap().join("nbd.sock");
         let _ = std::fs::remove_file(&sock);
@@ -84,7 +85,7 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
         let uri = format!("nbd+unix:///disk?socket={}", sock.display());
         let mut client = Command::new("nbdsh")
             .env("PATH", format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default()))
-            .args(["-u", &uri, "-c", CLIENT, &rng.random::<u32>().to_string()])
+            .args(["-u", &uri, "-c", &CLIENT.replace("SEED", &rng.random::<u32>().to_string())])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -119,8 +120,14 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
             }
         }
         let writes = lines.iter().filter(|l| l.starts_with('w')).count();
+        total_writes += writes;
+        total_flushes += lines.iter().filter(|l| *l == "f").count();
         println!("round {round}: {writes} writes; {dropped} unsynced bytes lost");
         base = now;
     }
-    println!("power cuts (nbd): {rounds} rounds, 0 flushed writes lost");
+    // A client that never wrote would make every round pass.
+    assert!(total_writes > 0 && total_flushes > 0, "the client wrote nothing (nbdsh failed?)");
+    println!(
+        "power cuts (nbd): {rounds} rounds, {total_writes} writes, {total_flushes} flushes, 0 flushed writes lost"
+    );
 }

@@ -127,11 +127,15 @@ impl Graph {
                 names.push(name);
             }
         }
-        db.write(b, true)?;
+        // Objects first: a record object the index no longer names makes
+        // GC refuse (it looks like an index that lost records), while an
+        // index record whose object is gone (a crash in between) is one
+        // `fsck --repair` writes back.
         for name in names {
             self.delete_tag_object(volume.id, &name)?;
         }
-        self.storage.chunks.backend().delete(&objects::version(&version.id))
+        self.storage.chunks.backend().delete(&objects::version(&version.id))?;
+        db.write(b, true)
     }
 
     /// Writes the object copy of a tag, so a lost index comes back with

@@ -40,3 +40,31 @@ pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     f.write_all(data)?;
     f.sync_all()
 }
+
+/// Golden files of the on-disk formats (docs/FORMAT.md): checks that
+/// `encoded`, what the real encoder made of a fixed input, is byte for byte
+/// `tests/golden/NAME`, and returns the checked-in bytes for the decoding
+/// half of the test. `FORKFS_BLESS=1` rewrites the file instead: only for
+/// a deliberate format change, which must come with a new format version
+/// or a reader of the old bytes, and a FORMAT.md update.
+#[cfg(test)]
+pub(crate) fn golden(name: &str, encoded: &[u8]) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("FORKFS_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("golden dir");
+        std::fs::write(&path, encoded).expect("golden file written");
+    }
+    let want = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (FORKFS_BLESS=1 writes it)", path.display()));
+    if want != encoded {
+        let at = want.iter().zip(encoded).position(|(a, b)| a != b);
+        panic!(
+            "the encoding of {name} differs from tests/golden/{name} (first at byte {}, {} vs {} \
+             bytes): the on-disk format changed; see docs/FORMAT.md and files::golden",
+            at.unwrap_or(want.len().min(encoded.len())),
+            encoded.len(),
+            want.len()
+        );
+    }
+    want
+}

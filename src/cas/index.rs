@@ -80,7 +80,7 @@ pub struct PackInfo {
 }
 
 impl PackInfo {
-    fn encode(&self) -> [u8; 20] {
+    pub(crate) fn encode(&self) -> [u8; 20] {
         let mut b = [0u8; 20];
         b[0..4].copy_from_slice(&self.count.to_le_bytes());
         b[4..12].copy_from_slice(&self.len.to_le_bytes());

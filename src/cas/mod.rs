@@ -16,6 +16,8 @@
 pub mod chunks;
 pub mod codec;
 pub mod diskcache;
+#[cfg(test)]
+mod golden;
 pub mod index;
 pub mod pack;
 pub mod readahead;

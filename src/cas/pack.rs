@@ -72,13 +72,18 @@ impl Default for PackWriter {
 
 impl PackWriter {
     pub fn new() -> PackWriter {
-        let mut buf = Vec::with_capacity(1 << 20);
-        buf.extend_from_slice(MAGIC);
-        buf.push(FORMAT_VERSION);
         // A random nonce: a pack is named by its hash, and two packs sealed
         // with the same chunks (content revived after a GC) must still get
         // different names, or deleting the old object could delete the new.
-        buf.extend_from_slice(&rand::random::<[u8; 7]>());
+        PackWriter::with_nonce(rand::random::<[u8; 7]>())
+    }
+
+    /// A pack with a given nonce (the golden tests' fixed input).
+    pub(crate) fn with_nonce(nonce: [u8; 7]) -> PackWriter {
+        let mut buf = Vec::with_capacity(1 << 20);
+        buf.extend_from_slice(MAGIC);
+        buf.push(FORMAT_VERSION);
+        buf.extend_from_slice(&nonce);
         PackWriter { buf, entries: Vec::new(), by_id: HashMap::new() }
     }
 

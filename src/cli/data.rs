@@ -303,9 +303,14 @@ fn export_image(source: &Opened<BlockHead>, dest: &Path, force: bool) -> anyhow:
     } else {
         opts.create_new(true)
     };
-    let f = opts
-        .open(dest)
-        .with_context(|| format!("cannot create {} (use --force to overwrite)", dest.display()))?;
+    let f = opts.open(dest).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            " (use --force to overwrite)"
+        } else {
+            ""
+        };
+        anyhow::Error::new(e).context(format!("cannot create {}{hint}", dest.display()))
+    })?;
     f.set_len(size)?;
     let bar = progress(blocks.len() as u64 * bs, "export");
     let mut buf = vec![0u8; bs as usize];

@@ -129,9 +129,10 @@ impl Graph {
                 names.push(name);
             }
         }
-        // Object copies go first: after a crash in between the index still
-        // holds the version (fsck reports its missing copy), and neither a
-        // GC nor a rebuilt index brings a deleted version back.
+        // Objects first: a record object the index no longer names makes
+        // GC refuse (it looks like an index that lost records), while an
+        // index record whose object is gone (a crash in between) is one
+        // `fsck --repair` writes back.
         for name in names {
             self.delete_tag_object(volume.id, &name)?;
         }

@@ -27,6 +27,8 @@ pub mod datalog;
 mod fold;
 mod frozen;
 pub mod fs;
+#[cfg(test)]
+mod golden;
 pub mod overlay;
 
 pub use block::{BlockHead, LayerStats, WeakBlockHead};

@@ -51,7 +51,7 @@ pub enum Dirty {
 }
 
 impl Dirty {
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let (tag, payload): (u8, &[u8]) = match self {
             Dirty::Delete => (0, &[]),
             Dirty::Value(v) => (1, v),

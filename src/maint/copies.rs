@@ -1,68 +1,102 @@
 //! The object copies of the records: every volume, version and head the
 //! index holds must have its object in the object store, and say the same
-//! (a store is rebuilt from them when its index is lost).
+//! (a store is rebuilt from them when its index is lost). `fsck --repair`
+//! writes back the copies that are missing or differ, from the index.
 
 use crate::error::ErrorKind;
 use crate::objects::keys as objects;
 use crate::records::{HeadRecord, VersionRecord, VolumeRecord};
 use crate::store::Store;
+use bytes::Bytes;
+
+/// An object copy that is missing or differs from the index.
+pub(crate) struct BadCopy {
+    pub problem: String,
+    /// What it is ("volume disk", "disk@1a2b…", "disk head").
+    pub what: String,
+    pub key: object_store::path::Path,
+    /// The record from the index, to write back; `None` when it must not
+    /// be (a version record that does not verify against its id, or a
+    /// remote store's volume object, created by other rules).
+    pub record: Option<Bytes>,
+}
 
 impl Store {
     /// Problems with the object copies of records, one line each.
     pub(crate) fn check_copies(&self) -> crate::error::Result<Vec<String>> {
+        Ok(self.bad_copies()?.into_iter().map(|c| c.problem).collect())
+    }
+
+    /// Writes back, from the index, the object copies that are missing or
+    /// differ; returns what was restored.
+    pub(crate) fn restore_copies(&self) -> crate::error::Result<Vec<String>> {
+        let backend = self.chunks().backend();
+        let mut restored = Vec::new();
+        for c in self.bad_copies()? {
+            if let Some(raw) = c.record {
+                backend.put(&c.key, raw)?;
+                restored.push(format!("{}: {}", c.what, c.key));
+            }
+        }
+        Ok(restored)
+    }
+
+    fn bad_copies(&self) -> crate::error::Result<Vec<BadCopy>> {
         let backend = self.chunks().backend();
         let records = &self.storage().records;
-        let mut problems = Vec::new();
-        let mut fetch = |what: String, key: &object_store::path::Path| match backend.get(key) {
-            Ok(raw) => Some(raw),
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                problems.push(format!("{what}: its object {key} is missing"));
-                None
-            }
-            Err(e) => {
-                problems.push(format!("{what}: its object {key} cannot be read: {e}"));
-                None
-            }
+        let local = self.remote().is_none();
+        let mut bad = Vec::new();
+        // Each copy: (what, key, the index's record as its object holds it,
+        // whether the object's content is the index's).
+        let mut check = |what: String,
+                         key: object_store::path::Path,
+                         record: Option<Bytes>,
+                         same: &dyn Fn(&[u8]) -> bool|
+         -> crate::error::Result<()> {
+            let problem = match backend.get(&key) {
+                Ok(raw) if same(&raw) => return Ok(()),
+                Ok(_) => format!("{what}: its object differs from the index"),
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    format!("{what}: its object {key} is missing")
+                }
+                Err(e) => format!("{what}: its object {key} cannot be read: {e}"),
+            };
+            bad.push(BadCopy { problem, what, key, record });
+            Ok(())
         };
-        let mut found = Vec::new();
         for vol in self.volumes().list()? {
-            let what = format!("volume {}", vol.name);
-            if let Some(raw) = fetch(what.clone(), &objects::volume(vol.id)) {
-                found.push((
-                    what,
-                    serde_json::from_slice::<VolumeRecord>(&raw).ok() == Some(vol.clone()),
-                ));
-            }
+            let rec = local.then(|| crate::records::encode(&vol)).transpose()?;
+            let same =
+                |raw: &[u8]| serde_json::from_slice::<VolumeRecord>(raw).ok() == Some(vol.clone());
+            check(format!("volume {}", vol.name), objects::volume(vol.id), rec, &same)?;
             for v in records.log(&vol)? {
                 let what = format!("{}@{}", vol.name, v.id.short());
-                if let Some(raw) = fetch(what.clone(), &objects::version(&v.id)) {
-                    found.push((what, VersionRecord::decode(&raw).ok().as_ref() == Some(&v)));
-                }
+                // Only a record that is the one its id names is written back.
+                let sound = self.version_record_checked(&v.id).is_ok_and(|c| c == v);
+                let rec = sound.then(|| crate::records::encode(&v)).transpose()?;
+                let same = |raw: &[u8]| VersionRecord::decode(raw).ok().as_ref() == Some(&v);
+                check(what, objects::version(&v.id), rec, &same)?;
             }
             // A remote store's head object follows its local head (it is
             // published later, or another host advanced it): only a local
             // store's must hold the local head.
-            if self.remote().is_none() {
+            if local {
                 let head = records.head(vol.id)?;
-                let what = format!("{} head", vol.name);
-                if let Some(raw) = fetch(what.clone(), &objects::head(vol.id)) {
-                    let theirs = serde_json::from_slice::<HeadRecord>(&raw).ok();
+                let same = |raw: &[u8]| {
+                    let theirs = serde_json::from_slice::<HeadRecord>(raw).ok();
                     // Ahead of the index: a checkpoint stopped between its
                     // head object and its commit; the next one replaces it.
                     let ahead = theirs
                         .as_ref()
                         .and_then(|h| h.base)
                         .is_some_and(|b| records.version(&b).is_err());
-                    found.push((what, theirs.as_ref() == Some(&head) || ahead));
-                }
+                    theirs.as_ref() == Some(&head) || ahead
+                };
+                let rec = Some(crate::records::encode(&head)?);
+                check(format!("{} head", vol.name), objects::head(vol.id), rec, &same)?;
             }
         }
-        for (what, same) in found {
-            if !same {
-                problems.push(format!("{what}: its object differs from the index"));
-            }
-        }
-        Ok(problems)
+        Ok(bad)
     }
 }
 

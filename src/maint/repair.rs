@@ -6,6 +6,10 @@
 //!   same chunk), chunks only a footer knows are indexed again.
 //! - Version records that are missing or altered are restored from their
 //!   object copies when those verify against the id.
+//! - Object copies of volume, version and head records that are missing
+//!   or differ are written back from the index (a version's only when its
+//!   record verifies against its id; a remote store's heads and volumes
+//!   follow their own rules and are only reported).
 //! - Versions that still reference missing data are marked damaged (a
 //!   `damaged/<id>` meta entry; the record itself stays untouched).
 //! - Unreadable packs stay where they are for a human to look at.
@@ -34,6 +38,8 @@ pub struct RepairReport {
     pub chunk_entries_repointed: usize,
     pub chunk_entries_dropped: usize,
     pub version_records_restored: Vec<String>,
+    /// Object copies of records written back from the index.
+    pub objects_restored: Vec<String>,
     /// Acknowledged writes whose data was gone, dropped: their blocks read
     /// as in the last version again.
     pub lost_writes_dropped: Vec<String>,
@@ -47,6 +53,7 @@ impl Store {
         let mut report = RepairReport::default();
         self.rebuild_index(progress, &mut report)?;
         self.restore_version_records(&mut report)?;
+        report.objects_restored = self.restore_copies()?;
         report.lost_writes_dropped = self.drop_lost_writes()?;
         self.mark_damaged(progress, &mut report)?;
         Ok(report)

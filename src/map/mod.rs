@@ -9,6 +9,8 @@
 //! no chains of single-child nodes.
 
 mod diff;
+#[cfg(test)]
+mod golden;
 pub mod node;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,8 @@
 //! Uses the database, the object stores and the map's root type.
 
 pub mod consistency;
+#[cfg(test)]
+mod golden;
 pub mod keys;
 pub mod retention;
 pub mod rollback;

@@ -11,6 +11,8 @@
 //! Uses every layer below it.
 
 pub mod config;
+#[cfg(test)]
+mod golden;
 mod identity;
 mod sync;
 

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod damage;
 mod fsck;
 mod gc;
 mod gc_crash;

@@ -207,6 +207,12 @@ fn init_tracing(verbose: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // fuser warns when its own unmount finds the mount already gone.
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},fuser=error")));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // A log on a full disk must not panic the thread that logs (the
+    // fmt layer reports its own write errors with eprintln!, which panics
+    // when stderr fails: a daemon's stderr is its log file).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .try_init();
 }

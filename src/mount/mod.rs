@@ -343,6 +343,15 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         {
             std::thread::sleep(Duration::from_millis(20));
         }
+        if record::Record::find(store_dir, &dir).is_some() {
+            bail!(Error::new(
+                forkfs::ErrorKind::Unavailable,
+                format!(
+                    "{} unmounted, but its last checkpoint has not finished after 60 s;                      process {pid} goes on saving (see its log) and holds the store until then",
+                    dir.display()
+                )
+            ));
+        }
     }
     if let Some(f) = record::Record::take_failure(store_dir, &dir) {
         bail!(Error::new(

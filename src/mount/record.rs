@@ -22,6 +22,9 @@ struct Entry {
     volume: String,
 }
 
+/// The bytes `<id>.failed` holds for a failure (taken when the mount starts).
+const FAILURE_ROOM: usize = 2048;
+
 /// Removes its file when dropped.
 pub struct Record {
     path: PathBuf,
@@ -36,7 +39,9 @@ impl Record {
     pub fn write(store: &Path, dir: &Path, volume: &str) -> Result<Record> {
         let path = path_for(store, dir);
         std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-        let _ = std::fs::remove_file(path.with_extension("failed"));
+        // The room for a failure is taken now: a mount whose last
+        // checkpoint fails for want of space must still be able to say so.
+        std::fs::write(path.with_extension("failed"), [b' '; FAILURE_ROOM])?;
         let e = Entry { pid: std::process::id(), dir: dir.to_path_buf(), volume: volume.into() };
         std::fs::write(&path, serde_json::to_vec(&e)?)?;
         Ok(Record { path })
@@ -44,11 +49,31 @@ impl Record {
 
     /// Ends the record; a failed end leaves why, for `forkfs umount`.
     pub fn end(self, failure: Option<&forkfs::Error>) {
-        if let Some(e) = failure {
-            let f = Failure { kind: e.kind(), message: forkfs::one_line(e) };
-            if let Ok(raw) = serde_json::to_vec(&f) {
-                let _ = std::fs::write(self.path.with_extension("failed"), raw);
+        let failed = self.path.with_extension("failed");
+        let Some(e) = failure else {
+            let _ = std::fs::remove_file(failed);
+            return;
+        };
+        let mut message = forkfs::one_line(e);
+        let raw = loop {
+            let f = Failure { kind: e.kind(), message: message.clone() };
+            match serde_json::to_vec(&f) {
+                Ok(raw) if raw.len() <= FAILURE_ROOM || message.is_empty() => break raw,
+                Ok(_) => {
+                    let keep = message.floor_char_boundary(message.len() * 3 / 4);
+                    message.truncate(keep);
+                }
+                Err(_) => return,
             }
+        };
+        // Written over the room taken at the start: no new space needed.
+        let written = std::fs::OpenOptions::new().write(true).open(&failed).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(&raw)?;
+            f.write_all(&vec![b' '; FAILURE_ROOM.saturating_sub(raw.len())])
+        });
+        if let Err(err) = written {
+            tracing::error!(error = %err, "cannot record the mount's failed end");
         }
     }
 
@@ -57,7 +82,12 @@ impl Record {
         let path = path_for(store, dir).with_extension("failed");
         let raw = std::fs::read(&path).ok()?;
         let _ = std::fs::remove_file(&path);
-        serde_json::from_slice(&raw).ok()
+        // Only the room taken at the start (a clean end removes it, a
+        // killed process leaves it): nothing to report.
+        if raw.trim_ascii().is_empty() {
+            return None;
+        }
+        serde_json::from_slice(raw.trim_ascii()).ok()
     }
 
     /// The pid of the live process mounted on `dir`, if any.

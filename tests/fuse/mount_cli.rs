@@ -65,3 +65,42 @@ fn sigterm_unmounts_after_a_final_checkpoint() {
     let want = [("added".to_string(), "/late".to_string(), String::new())];
     assert_eq!(diff(&store, "term@before", &new), want.into());
 }
+
+/// A full disk at the mount's end: its last checkpoint fails, and
+/// `forkfs umount` says so with the no-space code (73, as every command
+/// meeting a full disk), not 0. Before, the failure went unrecorded (its
+/// note needed space) and the daemon hung: its logger panicked on the full
+/// disk. The store sits on a 48 MiB tmpfs filled by one file.
+#[test]
+fn umount_fails_with_no_space_when_the_last_checkpoint_cannot_be_saved() {
+    let d = tempfile::tempdir().unwrap();
+    let small = d.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .expect("running mount(8)");
+    assert!(mounted.success(), "mounting a tmpfs (the tests run as root)");
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _tmpfs = Unmount(&small);
+    let store = small.join("store");
+    ok(&store, &["init"]);
+    ok(&store, &["volume", "create", "ws"]);
+    let dir = d.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let out = ok(&store, &["mount", "ws", dir.to_str().unwrap(), "--daemon"]);
+    let pid = crate::common::mount::mount_pid(&out);
+    // Fills the disk (the write itself may fail with ENOSPC: fine).
+    let _ = std::fs::write(dir.join("big"), crate::common::random(30 << 20, 7));
+    let (code, err) = fails(&store, &["umount", dir.to_str().unwrap()]);
+    assert_eq!(code, 73, "umount on a full disk: {err}");
+    assert!(err.contains("not all was saved"), "{err}");
+    assert!(wait_gone(pid, 30), "the mount process stays after its end");
+    assert!(!is_fuse_mount(&dir));
+}

@@ -60,7 +60,10 @@ impl Record {
             match serde_json::to_vec(&f) {
                 Ok(raw) if raw.len() <= FAILURE_ROOM || message.is_empty() => break raw,
                 Ok(_) => {
-                    let keep = message.floor_char_boundary(message.len() * 3 / 4);
+                    let mut keep = message.len() * 3 / 4;
+                    while !message.is_char_boundary(keep) {
+                        keep -= 1;
+                    }
                     message.truncate(keep);
                 }
                 Err(_) => return,

@@ -47,6 +47,9 @@ pub use graph::{
     BlockRange, DEFAULT_FS_SIZE, Diff, Graph, PathChange, PathDiff, RestoreHook, Restored,
     SnapshotOptions, Target, Volumes,
 };
+/// How many unflushed rewrites of one block a power loss can take and still
+/// leave it readable as its last durable content (see `head/prior.rs`).
+pub use head::prior::MAX_CHAIN as MAX_PRIOR_CHAIN;
 pub use head::{BlockHead, Frozen, FsHead, LayerStats, Opened, WeakBlockHead, is_zero};
 pub use id::{ChunkId, PackId, VersionId, VolumeId, VolumeName};
 pub use maint::{

@@ -78,8 +78,10 @@ impl BlockMap<'_> {
         len: u64,
         data: Option<&[u8]>,
     ) -> Result<()> {
-        let overlay = self.view.head()?.overlay();
+        let head = self.view.head()?;
+        let overlay = head.overlay();
         for (idx, dirty) in self.patch_entries(offset, len, data)? {
+            let dirty = head.over(self.space, self.owner, idx, dirty)?;
             overlay.put(batch, self.space, self.owner, idx, &dirty);
         }
         Ok(())

@@ -71,13 +71,24 @@ impl Head {
             Dirty::Value(v) => Some(Some(v)),
             Dirty::Logged(r) => match self.read_logged(&r)? {
                 None => None,
-                Some(data) if is_zero(&data) => Some(None),
-                Some(data) => {
-                    let id = self.storage.chunks.put(&data)?;
-                    Some(Some(Bytes::copy_from_slice(&id.0)))
-                }
+                Some(data) => Some(self.store_block(&data)?),
+            },
+            Dirty::Over(r, prior) => match self.read_over(&r, &prior)? {
+                super::Logged::Data(data) => Some(self.store_block(&data)?),
+                super::Logged::Hole => Some(None),
+                super::Logged::Value(v) => Some(Some(v)),
+                super::Logged::Base => None,
             },
         })
+    }
+
+    /// A block's map value: a chunk id, or none for zeros.
+    fn store_block(&self, data: &[u8]) -> Result<Option<Bytes>> {
+        if is_zero(data) {
+            return Ok(None);
+        }
+        let id = self.storage.chunks.put(data)?;
+        Ok(Some(Bytes::copy_from_slice(&id.0)))
     }
 
     fn fold_fs(&self, base: MapRoot) -> Result<MapRoot> {

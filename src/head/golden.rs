@@ -10,6 +10,7 @@ use super::fs::inode::{
     Content, DirEntry, FileKind, Inode, Meta, Time, decode_entries, encode_entries,
 };
 use super::overlay::{self, Dirty, Space};
+use super::prior::{Earlier, Prior};
 use crate::files::golden;
 use crate::id::{ChunkId, VolumeId};
 use bytes::Bytes;
@@ -21,6 +22,20 @@ fn golden_overlay_entries() {
         ("overlay-delete.bin", Space::Root, Dirty::Delete),
         ("overlay-value.bin", Space::Dir, Dirty::Value(Bytes::from_static(b"value"))),
         ("overlay-logged.bin", Space::File, Dirty::Logged(r)),
+        (
+            "overlay-over.bin",
+            Space::Root,
+            Dirty::Over(
+                r,
+                Prior::chained(
+                    Earlier::Logged(LogRef { seq: 4, offset: 0x2000, len: 4096, crc: 7 }),
+                    Some(&Prior {
+                        chain: vec![Earlier::Value(Bytes::from_static(b"id")), Earlier::Hole],
+                        cut: false,
+                    }),
+                ),
+            ),
+        ),
     ];
     for (name, space, dirty) in cases {
         let key = overlay::key(VolumeId(3), space, 42, 0x0102);

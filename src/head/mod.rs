@@ -30,6 +30,7 @@ pub mod fs;
 #[cfg(test)]
 mod golden;
 pub mod overlay;
+pub mod prior;
 
 pub use block::{BlockHead, LayerStats, WeakBlockHead};
 pub(crate) use frozen::allocated_in_root;
@@ -84,6 +85,12 @@ impl Storage {
 
     /// Whether the data `r` names was acknowledged as durable: below the
     /// durable mark of its segment.
+    /// The first data log segment of `vol` the overlay may name (older
+    /// ones went into the last version).
+    pub(crate) fn log_floor(&self, vol: VolumeId) -> Result<u64> {
+        Ok(self.db.get_json(&keys::log_floor(vol))?.unwrap_or(0))
+    }
+
     pub(crate) fn was_durable(&self, vol: VolumeId, r: &LogRef) -> Result<bool> {
         let mark = self.db.get_meta(&keys::durable(vol, r.seq))?;
         let upto = mark.as_deref().and_then(|m| std::str::from_utf8(m).ok()?.parse::<u64>().ok());
@@ -305,7 +312,7 @@ impl Head {
                 }
                 block::PendingLookup::Entry(Dirty::Value(v)) => return Ok(Some(Found::Value(v))),
                 // Written by this process since the seal: lost data is damage.
-                block::PendingLookup::Entry(Dirty::Logged(r)) => {
+                block::PendingLookup::Entry(Dirty::Logged(r) | Dirty::Over(r, _)) => {
                     return match self.storage.log.read(self.record.id, &r)? {
                         Read::Data(d) => Ok(Some(Found::Data(d))),
                         Read::Lost(why) => Err(Error::corrupt(format!(
@@ -323,9 +330,68 @@ impl Head {
                 Some(d) => Ok(Some(Found::Data(d))),
                 None => Ok(self.map().get(base, key)?.map(Found::Value)),
             },
+            Some(Dirty::Over(r, prior)) => match self.read_over(&r, &prior)? {
+                Logged::Data(d) => Ok(Some(Found::Data(d))),
+                Logged::Hole => Ok(None),
+                Logged::Value(v) => Ok(Some(Found::Value(v))),
+                Logged::Base => Ok(self.map().get(base, key)?.map(Found::Value)),
+            },
             None if block.is_some_and(|b| b.in_zeroed(key)) => Ok(None),
             None => Ok(self.map().get(base, key)?.map(Found::Value)),
         }
+    }
+
+    /// Reads a logged entry written over earlier states (see `prior.rs`):
+    /// its data, else the newest earlier state still there.
+    pub(crate) fn read_over(&self, r: &LogRef, prior: &prior::Prior) -> Result<Logged> {
+        if let Some(d) = self.read_logged(r)? {
+            return Ok(Logged::Data(d));
+        }
+        let floor = self.storage.log_floor(self.record.id)?;
+        for e in &prior.chain {
+            match e {
+                prior::Earlier::Hole => return Ok(Logged::Hole),
+                prior::Earlier::Value(v) => return Ok(Logged::Value(v.clone())),
+                // Below the floor: folded into the base by a checkpoint.
+                prior::Earlier::Logged(q) if q.seq < floor => return Ok(Logged::Base),
+                prior::Earlier::Logged(q) => {
+                    if let Some(d) = self.read_logged(q)? {
+                        return Ok(Logged::Data(d));
+                    }
+                }
+            }
+        }
+        if prior.cut {
+            return Err(Error::corrupt(format!(
+                "volume {}: a block's unflushed writes are lost and what it held before \
+                 them is unknown (more than {} rewrites since its last durable state); \
+                 `forkfs fsck --repair` drops them",
+                self.record.name,
+                prior::MAX_CHAIN
+            )));
+        }
+        Ok(Logged::Base)
+    }
+
+    /// `d` as it goes into the overlay over the entry at (space, owner,
+    /// key): logged data carries what it replaces, for power loss.
+    pub(crate) fn over(&self, space: Space, owner: u64, key: u64, d: Dirty) -> Result<Dirty> {
+        let Dirty::Logged(r) = d else { return Ok(d) };
+        let id = self.record.id;
+        let prior = match self.overlay().get(space, owner, key)? {
+            None => prior::Prior::default(),
+            Some(Dirty::Delete) => prior::Prior::chained(prior::Earlier::Hole, None),
+            Some(Dirty::Value(v)) => prior::Prior::chained(prior::Earlier::Value(v), None),
+            Some(Dirty::Logged(p)) => prior::Prior::chained(prior::Earlier::Logged(p), None),
+            // Known durable: nothing older is needed.
+            Some(Dirty::Over(p, _)) if self.storage.was_durable(id, &p)? => {
+                prior::Prior::chained(prior::Earlier::Logged(p), None)
+            }
+            Some(Dirty::Over(p, older)) => {
+                prior::Prior::chained(prior::Earlier::Logged(p), Some(&older))
+            }
+        };
+        Ok(Dirty::Over(r, prior))
     }
 
     /// Reads dirty data from the log. Data whose overlay entry outlived it
@@ -355,6 +421,15 @@ impl Head {
     pub fn flush(&self) -> Result<()> {
         self.storage.sync()
     }
+}
+
+/// What a logged entry reads as (see [`Head::read_over`]).
+pub(crate) enum Logged {
+    Data(Bytes),
+    Hole,
+    Value(Bytes),
+    /// The base map's value.
+    Base,
 }
 
 /// The error for acknowledged data that is gone.

@@ -6,9 +6,11 @@
 //! sorted run ready for [`crate::map::Map::apply`].
 //! Value: tag u8 then payload: 0 delete, 1 literal map value, 2 reference
 //! to dirty data in the data log, to be stored as a chunk whose id becomes
-//! the map value.
+//! the map value, 3 such a reference followed by the block's earlier
+//! states (see `prior.rs`).
 
 use super::datalog::LogRef;
+use super::prior::Prior;
 use crate::db::{CF_OVERLAY, Db};
 use crate::error::{Error, Result};
 use crate::id::VolumeId;
@@ -48,14 +50,30 @@ pub enum Dirty {
     Value(Bytes),
     /// Block data waiting in the data log.
     Logged(LogRef),
+    /// Block data waiting in the data log, written over the block's
+    /// earlier states (its fallback if power loss takes this data).
+    Over(LogRef, Prior),
 }
 
 impl Dirty {
+    /// The data log reference of a logged entry.
+    pub fn log_ref(&self) -> Option<&LogRef> {
+        match self {
+            Dirty::Logged(r) | Dirty::Over(r, _) => Some(r),
+            _ => None,
+        }
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let (tag, payload): (u8, &[u8]) = match self {
             Dirty::Delete => (0, &[]),
             Dirty::Value(v) => (1, v),
             Dirty::Logged(r) => return [&[2u8][..], &r.encode()].concat(),
+            Dirty::Over(r, prior) => {
+                let mut out = [&[3u8][..], &r.encode()].concat();
+                prior.encode(&mut out);
+                return out;
+            }
         };
         let mut out = Vec::with_capacity(1 + payload.len());
         out.push(tag);
@@ -68,6 +86,10 @@ impl Dirty {
             Some((0, _)) => Ok(Dirty::Delete),
             Some((1, v)) => Ok(Dirty::Value(Bytes::copy_from_slice(v))),
             Some((2, r)) => Ok(Dirty::Logged(LogRef::decode(r)?)),
+            Some((3, r)) if r.len() >= LogRef::LEN => Ok(Dirty::Over(
+                LogRef::decode(&r[..LogRef::LEN])?,
+                Prior::decode(&r[LogRef::LEN..])?,
+            )),
             _ => Err(Error::corrupt("overlay entry has an unknown tag")),
         }
     }

@@ -8,7 +8,7 @@
 use crate::db::Batch;
 use crate::error::Result;
 use crate::head::datalog::Read;
-use crate::head::overlay::{Dirty, Entry, Space};
+use crate::head::overlay::{Entry, Space};
 use crate::records::VolumeRecord;
 use crate::store::Store;
 
@@ -42,7 +42,7 @@ impl Store {
         let storage = self.storage();
         for vol in self.volumes().list()? {
             storage.overlay(vol.id).for_each(&mut |e| {
-                let Dirty::Logged(r) = &e.dirty else { return Ok(()) };
+                let Some(r) = e.dirty.log_ref() else { return Ok(()) };
                 match storage.log.read(vol.id, r) {
                     Ok(Read::Data(_)) => {}
                     Ok(Read::Lost(why)) if storage.was_durable(vol.id, r)? => {

@@ -12,4 +12,5 @@ mod crash;
 mod deferred;
 mod fs_api;
 mod graph_model;
+mod lost_rewrite;
 mod prune;

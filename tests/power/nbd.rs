@@ -29,6 +29,23 @@ while True:
         print("f", flush=True)
 "#;
 
+/// The client's lines about the block at `off` and every flush, numbered.
+fn history(lines: &[String], off: u64) -> Vec<(usize, String)> {
+    let at = format!("w {off} ");
+    let mine = |l: &String| l.starts_with(&at) || l == "f";
+    let all: Vec<(usize, String)> =
+        lines.iter().enumerate().filter(|(_, l)| mine(l)).map(|(i, l)| (i, l.clone())).collect();
+    // Runs of flushes between the block's writes, shortened to one.
+    let mut out: Vec<(usize, String)> = Vec::new();
+    for (i, l) in all {
+        if l == "f" && out.last().is_some_and(|(_, p)| p == "f") {
+            continue;
+        }
+        out.push((i, l));
+    }
+    out
+}
+
 /// Per block: the values it may hold after a cut.
 fn allowed(lines: &[String], base: &[u8]) -> Result<HashMap<u64, Vec<u8>>, String> {
     let mut writes: Vec<(u64, u8)> = Vec::new();
@@ -69,12 +86,14 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
     for round in 0..rounds {
         let sock = m.store().parent().unwrap().join("nbd.sock");
         let _ = std::fs::remove_file(&sock);
+        let server_log =
+            std::env::temp_dir().join(format!("forkfs-power-nbd-{}.log", std::process::id()));
         let mut server = Command::new(&nbd)
             .arg("--store")
             .arg(m.store())
             .args(["serve", "--socket"])
             .arg(&sock)
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&server_log).unwrap())
             .spawn()
             .unwrap();
         let t0 = std::time::Instant::now();
@@ -106,13 +125,24 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
         assert!(ok, "round {round}: fsck after the cut: {problems:?}");
         let img = m.store().parent().unwrap().join("disk.img");
         let _ = std::fs::remove_file(&img);
-        m.ok(&["export", "disk", img.to_str().unwrap()]);
+        let export = m.forkfs(&["export", "disk", img.to_str().unwrap()]).output().unwrap();
+        let export_log = String::from_utf8_lossy(&export.stderr).into_owned();
+        assert!(export.status.success(), "round {round}: export: {export_log}");
         let now = std::fs::read(&img).unwrap();
         std::fs::remove_file(&img).unwrap();
         for (off, values) in &allowed {
             let block = &now[*off as usize..(*off + BS) as usize];
             let ok = values.iter().any(|b| block.iter().all(|x| x == b));
-            assert!(ok, "round {round}: block at {off} reads {}, allowed {values:?}", block[0]);
+            if !ok {
+                let log = std::fs::read_to_string(&server_log).unwrap_or_default();
+                panic!(
+                    "round {round}: block at {off} reads {}, allowed {values:?}\n\
+                     its writes (line, value) with the flushes: {:?}\n\
+                     export said: {export_log}\nserver log: {log}\nbytes dropped: {dropped}",
+                    block[0],
+                    history(&lines, *off)
+                );
+            }
         }
         for (i, (a, b)) in now.chunks(BS as usize).zip(base.chunks(BS as usize)).enumerate() {
             if !allowed.contains_key(&(i as u64 * BS)) {

@@ -123,8 +123,9 @@ impl BlockHead {
             return Ok(());
         }
         let mut b = WriteBatch::default();
-        for (k, d) in &edges {
-            head.overlay().put(&mut b, Space::Root, 0, *k, d);
+        for (k, d) in edges {
+            let d = head.over(Space::Root, 0, k, d)?;
+            head.overlay().put(&mut b, Space::Root, 0, k, &d);
         }
         let range = self.zero_blocks(&mut b, first, end);
         head.db().write(b, false)?;
@@ -156,8 +157,9 @@ impl BlockHead {
             return Ok(());
         }
         let mut batch = WriteBatch::default();
-        for (k, d) in &entries {
-            head.overlay().put(&mut batch, Space::Root, 0, *k, d);
+        for (k, d) in entries {
+            let d = head.over(Space::Root, 0, k, d)?;
+            head.overlay().put(&mut batch, Space::Root, 0, k, &d);
         }
         head.db().write(batch, false)
     }

@@ -31,10 +31,22 @@ pub struct Settings {
     /// it (`FORKFS_TEST_SKIP_LOG_SYNC=1`).
     #[doc(hidden)]
     pub test_skip_log_sync: bool,
+    /// On a shared store, how long a host may go without acknowledging
+    /// GC tombstones before GC takes it for gone and deletes what it
+    /// retired without it (`None`: [`DEFAULT_GC_HOST_TIMEOUT`]).
+    /// `FORKFS_GC_HOST_TIMEOUT`.
+    pub gc_host_timeout: Option<Duration>,
+    /// GC deletes retired packs at once even on a shared store, as before
+    /// tombstones: loses other hosts' data, on purpose. Only the negative
+    /// control of the multi-host GC test sets it, and only together with
+    /// `FORKFS_TEST_UNSAFE=1` (`FORKFS_TEST_GC_UNSAFE_IMMEDIATE_DELETE=1`).
+    #[doc(hidden)]
+    pub test_gc_unsafe_immediate_delete: bool,
 }
 
 pub const DEFAULT_READAHEAD: u64 = 2 << 20;
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+pub const DEFAULT_GC_HOST_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 impl Settings {
     /// The settings the `FORKFS_*` environment variables give.
@@ -45,6 +57,10 @@ impl Settings {
             pending_limit: env("FORKFS_PENDING_LIMIT", parse_size),
             lease_ttl: env("FORKFS_LEASE_TTL", humantime::parse_duration),
             test_skip_log_sync: std::env::var("FORKFS_TEST_SKIP_LOG_SYNC").is_ok_and(|v| v == "1"),
+            gc_host_timeout: env("FORKFS_GC_HOST_TIMEOUT", humantime::parse_duration),
+            test_gc_unsafe_immediate_delete: std::env::var("FORKFS_TEST_UNSAFE")
+                .is_ok_and(|v| v == "1")
+                && std::env::var("FORKFS_TEST_GC_UNSAFE_IMMEDIATE_DELETE").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -54,6 +70,10 @@ impl Settings {
 
     pub fn lease_ttl(&self) -> Duration {
         self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL)
+    }
+
+    pub fn gc_host_timeout(&self) -> Duration {
+        self.gc_host_timeout.unwrap_or(DEFAULT_GC_HOST_TIMEOUT)
     }
 }
 

@@ -35,6 +35,9 @@ pub struct ChunkConfig {
     pub disk_cache: Option<(std::path::PathBuf, u64)>,
     /// Bytes a sequential remote read fetches ahead (0: off).
     pub readahead: u64,
+    /// Other hosts share the object store: a pack that went missing may
+    /// have been retired by their GC (see `tombstone.rs`).
+    pub shared: bool,
 }
 
 impl Default for ChunkConfig {
@@ -45,6 +48,7 @@ impl Default for ChunkConfig {
             cache_bytes: 256 << 20,
             disk_cache: None,
             readahead: crate::config::DEFAULT_READAHEAD,
+            shared: false,
         }
     }
 }
@@ -297,14 +301,26 @@ impl ChunkStore {
             return Ok(plain);
         }
         let mut loc = self.locate(id)?;
+        let mut repaired = false;
         let stored = loop {
             match self.fetch_stored(id, &loc) {
                 Ok(b) => break b,
-                // GC may have moved the chunk to a new pack since we looked.
+                // GC may have moved the chunk to a new pack since we looked
+                // (this host's, or on a shared store another host's: then
+                // its tombstone names where the chunk went).
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    let now = self.locate(id)?;
+                    let mut now = self.locate(id)?;
+                    if now == loc && self.config.shared && !repaired {
+                        repaired = true;
+                        if self.repair_from_tombstone(&loc.pack) {
+                            now = self.locate(id)?;
+                        }
+                    }
                     if now == loc {
-                        return Err(e);
+                        return Err(e.context(format!(
+                            "chunk {id}: its pack {} is gone from the object store",
+                            loc.pack
+                        )));
                     }
                     loc = now;
                 }

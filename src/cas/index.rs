@@ -133,6 +133,11 @@ impl ChunkIndex {
         self.db.write(batch, true)
     }
 
+    /// Writes a batch of index changes, synced.
+    pub(crate) fn write(&self, batch: Batch) -> Result<()> {
+        self.db.write(batch, true)
+    }
+
     /// Adds to `batch` a pack and every chunk of it, pointing at it.
     pub(crate) fn put_pack(&self, batch: &mut Batch, pack: PackId, len: u64, entries: &[Entry]) {
         for e in entries {

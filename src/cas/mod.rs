@@ -8,7 +8,9 @@
 //! - [`chunks`]: the chunk store writers put into and readers read from,
 //!   with its memory cache, a disk cache for remote stores
 //!   ([`diskcache`]) and sequential read-ahead ([`readahead`]);
-//! - [`tracking`]: write sessions and what a running GC must see of writers.
+//! - [`tracking`]: write sessions and what a running GC must see of writers;
+//! - [`tombstone`]: packs retired by GC on a shared store, and each host's
+//!   acknowledgement of them.
 //!
 //! Uses the database and the object stores below it. Knows nothing of
 //! maps, volumes or versions.
@@ -21,6 +23,7 @@ mod golden;
 pub mod index;
 pub mod pack;
 pub mod readahead;
+pub mod tombstone;
 pub mod tracking;
 
 pub use chunks::{ChunkConfig, ChunkStore};

@@ -14,6 +14,8 @@ pub(super) struct GcTrack {
     pub(super) active: AtomicBool,
     /// Every chunk id put (stored or deduplicated) since the GC began.
     pub(super) reached: Mutex<HashSet<ChunkId>>,
+    /// One GC, or one absorption of another host's tombstones, at a time.
+    pub(super) lock: Mutex<()>,
     /// Held shared by each write session; GC takes it exclusively for an
     /// instant to wait out the sessions that began before it.
     sessions: RwLock<()>,
@@ -52,6 +54,12 @@ impl Drop for GcScope<'_> {
 }
 
 impl ChunkStore {
+    /// Held by a GC, or an absorption of tombstones, for its whole run:
+    /// they share the tracking of writers.
+    pub fn gc_lock(&self) -> &Mutex<()> {
+        &self.gc.lock
+    }
+
     /// Marks the span from the first chunk an operation puts to the commit
     /// of the record that names it. A GC waits for the sessions open when it
     /// starts, and tracks every put of the later ones, so nothing a session

@@ -6,13 +6,17 @@
 //! - [`Graph`]: everything about versions, one file per operation family:
 //!   `snapshot.rs` (the commit protocol), `restore.rs` (restore, fork),
 //!   `refs.rs` (resolving names, logs, tags), `diff.rs`, `rollback.rs`,
-//!   `prune.rs` (retention).
+//!   `prune.rs` (retention);
+//! - [`reach`]: the walk from versions and heads to every node and data
+//!   chunk (GC marks with it, fsck verifies with it, a host absorbing
+//!   another host's GC keeps what it reaches).
 //!
 //! Uses the heads, the remote side (leases, publishing), the records and
 //! everything below them.
 
 mod diff;
 mod prune;
+pub mod reach;
 mod refs;
 mod restore;
 mod rollback;

@@ -12,10 +12,10 @@
 //! 4. Each bad chunk is then located in every version it affects, by block
 //!    range or inode.
 
-use super::reach::{MapKind, Walk, dirty_inode_root};
 use crate::cas::Location;
 use crate::cas::pack::{self, Entry, read_footer};
 use crate::error::{Error, Result};
+use crate::graph::reach::{MapKind, Walk, dirty_inode_root};
 use crate::id::{ChunkId, PackId, VersionId};
 use crate::map::MapRoot;
 use crate::map::node::Node;

@@ -21,22 +21,34 @@
 //! under, so a chunk revived by a dedup hit during the GC keeps its pack.
 //! Every step leaves a store fsck passes if the process dies there: at
 //! worst an unindexed object remains for the next GC.
+//!
+//! On a shared store (S3, GCS, Azure: other hosts read and deduplicate
+//! through indexes of their own) no step deletes a pack object. Steps 3-5
+//! leave a tombstone instead (`cas/tombstone.rs`; a compaction's names the
+//! new pack, uploaded first), and every host absorbs it
+//! (`store/absorb.rs`). Before marking, a GC absorbs what other GCs
+//! retired, then reaps: it deletes a tombstoned pack object, then its
+//! tombstone, once the tombstone is older than the grace period and every
+//! host that acknowledged anything within the host timeout has
+//! acknowledged it. A host silent for longer is taken for gone: what it
+//! still indexed of a reaped pack is lost to it (the operator's risk,
+//! `FORKFS_GC_HOST_TIMEOUT`, a day by default).
 
-use super::reach::{MapKind, Walk, dirty_inode_root};
 use crate::cas::index::pack_key;
 use crate::cas::pack::{self, PackWriter};
+use crate::cas::tombstone::{self, Tombstone};
 use crate::cas::{GcScope, Location, PackInfo};
 use crate::clock::now_ms;
-use crate::db::{Batch, CF_CHUNKS, CF_META, CF_OVERLAY, CF_PACKS};
+use crate::db::{Batch, CF_CHUNKS, CF_PACKS};
 use crate::error::{Error, Result};
-use crate::head::overlay;
-use crate::id::{ChunkId, PackId, VolumeId};
+use crate::graph::reach::{self, MapKind, Walk};
+use crate::id::{ChunkId, PackId};
 use crate::map::MapRoot;
 use crate::map::node::Node;
 use crate::objects::keys as objects;
 use crate::progress::Progress;
-use crate::records::{HeadRecord, VersionRecord, VolumeKind, VolumeRecord, keys};
 use crate::store::Store;
+use crate::store::absorb;
 use rocksdb::{Direction, IteratorMode};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -92,6 +104,27 @@ pub struct GcReport {
     pub bytes_reclaimed: u64,
     pub bytes_written: u64,
     pub elapsed_ms: u64,
+    /// Shared stores: packs retired by a tombstone, not deleted (counted in
+    /// packs_deleted, packs_compacted and orphans_deleted too).
+    #[serde(default)]
+    pub tombstones_written: u64,
+    /// Shared stores: tombstoned pack objects deleted, every host having
+    /// acknowledged them.
+    #[serde(default)]
+    pub tombstones_reaped: u64,
+    /// Shared stores: tombstones kept, in their grace period or awaiting
+    /// some host's acknowledgement.
+    #[serde(default)]
+    pub tombstones_waiting: u64,
+    /// Shared stores: hosts whose acknowledgements count, and hosts silent
+    /// for longer than the host timeout (taken for gone).
+    #[serde(default)]
+    pub hosts: u64,
+    #[serde(default)]
+    pub hosts_gone: u64,
+    /// Shared stores: what this host absorbed of earlier tombstones.
+    #[serde(default)]
+    pub absorbed: absorb::Absorbed,
 }
 
 /// A root to mark from, and how to read its nodes.
@@ -120,13 +153,33 @@ impl Store {
             .gc_lock()
             .try_lock()
             .ok_or_else(|| Error::conflict("a gc is already running on this store"))?;
+        // Waits out an absorption of tombstones (they share writer tracking).
+        let _tracking = self.chunks().gc_lock().lock();
+        let started = Instant::now();
+        // Before the import: a pack that arrives after it is in its grace period.
+        let start_ms = now_ms();
+        let grace_ms = u64::try_from(opts.grace.as_millis()).unwrap_or(u64::MAX);
+        let mut report = GcReport { dry_run: opts.dry_run, ..Default::default() };
         // Other hosts' volumes, versions and heads count as live too.
         if let Some(r) = self.remote() {
             r.import()?;
             r.refresh_heads(&|id| self.volumes().opened_id(id).is_some())?;
         }
+        let shared = self.remote().is_some() && !self.gc_unsafe_immediate_delete();
+        if shared && !opts.dry_run {
+            let stall = self.remote().map(|r| r.stall()).unwrap_or_default();
+            report.absorbed = absorb::absorb_locked(self.storage(), self.id(), stall)?;
+            self.gc_reap(grace_ms, &mut report)?;
+        }
         // An index behind the object store would make live data look dead.
-        let missing = self.records_missing_from_index()?;
+        let mut missing = self.records_missing_from_index()?;
+        // On a shared store they may be another host's commit that landed
+        // after the import: import again, once, before refusing.
+        if let (Some(r), false) = (self.remote(), missing.is_empty()) {
+            r.import()?;
+            r.refresh_heads(&|id| self.volumes().opened_id(id).is_some())?;
+            missing = self.records_missing_from_index()?;
+        }
         if let Some(first) = missing.first() {
             return Err(Error::corrupt(format!(
                 "gc refused: the index lacks {} records the object store holds (e.g. {first}); \
@@ -134,10 +187,6 @@ impl Store {
                 missing.len()
             )));
         }
-        let started = Instant::now();
-        let start_ms = now_ms();
-        let grace_ms = u64::try_from(opts.grace.as_millis()).unwrap_or(u64::MAX);
-        let mut report = GcReport { dry_run: opts.dry_run, ..Default::default() };
         let chunks = self.chunks().clone();
         let scope =
             if opts.unsafe_ignore_writers { chunks.gc_untracked() } else { chunks.gc_begin() };
@@ -187,7 +236,7 @@ impl Store {
                     .map(|p| p.info.len - live_bytes(p, &live).min(p.info.len))
                     .sum::<u64>();
             report.orphans_deleted =
-                self.gc_orphans(start_ms, grace_ms, &live, true, &mut report)?;
+                self.gc_orphans(start_ms, grace_ms, &live, true, shared, &mut report)?;
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             return Ok(report);
         }
@@ -197,7 +246,7 @@ impl Store {
         for group in doomed.chunks(256) {
             let gone = scope.with_reached(|reached| self.drop_packs(group, reached))?;
             for p in group.iter().filter(|p| gone.contains(&p.id)) {
-                self.chunks().backend().delete(&objects::pack(&p.id))?;
+                self.retire(shared, &p.id, None, &mut report)?;
                 report.packs_deleted += 1;
                 report.bytes_reclaimed += p.info.len;
             }
@@ -217,16 +266,18 @@ impl Store {
             }
             if writer.len_bytes() >= target {
                 let w = std::mem::take(&mut writer);
-                self.commit_compaction(&scope, w, &std::mem::take(&mut sources), &mut report)?;
+                let sources = std::mem::take(&mut sources);
+                self.commit_compaction(&scope, w, &sources, shared, &mut report)?;
             }
             progress.advance(1);
         }
         if !sources.is_empty() {
-            self.commit_compaction(&scope, writer, &sources, &mut report)?;
+            self.commit_compaction(&scope, writer, &sources, shared, &mut report)?;
         }
 
         progress.stage("orphans", 0);
-        report.orphans_deleted = self.gc_orphans(start_ms, grace_ms, &live, false, &mut report)?;
+        report.orphans_deleted =
+            self.gc_orphans(start_ms, grace_ms, &live, false, shared, &mut report)?;
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         tracing::info!(
             deleted = report.packs_deleted,
@@ -253,46 +304,9 @@ impl Store {
             }
             Ok::<(), Error>(())
         };
-        let mut kinds: HashMap<VolumeId, VolumeKind> = HashMap::new();
-        scan(CF_META, keys::VOLUME_PREFIX.as_bytes(), &mut |_, v| {
-            let r: VolumeRecord = serde_json::from_slice(v)?;
-            kinds.insert(r.id, r.kind);
-            Ok(())
-        })?;
-        let mut roots = Vec::new();
-        scan(CF_META, keys::VERSION_PREFIX.as_bytes(), &mut |k, v| {
-            let r = VersionRecord::decode(v).map_err(|e| {
-                Error::corrupt(format!(
-                    "gc stopped: version record {} is unreadable ({e}); run `forkfs fsck --repair`",
-                    String::from_utf8_lossy(k)
-                ))
-            })?;
-            report.versions += 1;
-            roots.push((MapKind::top(r.kind), r.root));
-            Ok(())
-        })?;
-        scan(CF_META, keys::HEAD_PREFIX.as_bytes(), &mut |k, v| {
-            let vol = std::str::from_utf8(&k[keys::HEAD_PREFIX.len()..])
-                .ok()
-                .and_then(|h| u64::from_str_radix(h, 16).ok())
-                .map(VolumeId)
-                .ok_or_else(|| Error::corrupt("head key is malformed"))?;
-            let kind = *kinds.get(&vol).ok_or_else(|| {
-                Error::corrupt(format!("gc stopped: head of volume {} has no volume record", vol.0))
-            })?;
-            let h: HeadRecord = serde_json::from_slice(v)?;
-            report.heads += 1;
-            roots.push((MapKind::top(kind), h.root));
-            Ok(())
-        })?;
-        // Dirty inode records of fs volumes name content maps of their own.
-        scan(CF_OVERLAY, b"", &mut |k, v| {
-            let (vol, space, _, ino, dirty) = overlay::decode_raw(k, v)?;
-            if kinds.get(&vol) == Some(&VolumeKind::Fs) {
-                roots.extend(dirty_inode_root(space, ino, &dirty)?);
-            }
-            Ok(())
-        })?;
+        let found = reach::roots(db, &snap).map_err(|e| e.context("gc stopped"))?;
+        report.versions = found.versions;
+        report.heads = found.heads;
         let mut packs: HashMap<PackId, PackUse> = HashMap::new();
         scan(CF_PACKS, b"", &mut |k, v| {
             let id = pack_key(k)?;
@@ -309,7 +323,7 @@ impl Store {
         })?;
         let mut packs: Vec<PackUse> = packs.into_values().collect();
         packs.sort_by_key(|p| p.info.created_ms);
-        Ok((roots, packs))
+        Ok((found.roots, packs))
     }
 
     /// Removes the index entries of packs none of whose chunks is live or
@@ -339,6 +353,7 @@ impl Store {
         scope: &GcScope<'_>,
         writer: PackWriter,
         sources: &[&PackUse],
+        shared: bool,
         report: &mut GcReport,
     ) -> Result<()> {
         let (new_id, bytes, entries) = writer.seal();
@@ -374,7 +389,7 @@ impl Store {
             r.uploaded_so_far()?;
         }
         for p in gone {
-            self.chunks().backend().delete(&objects::pack(&p.id))?;
+            self.retire(shared, &p.id, Some(new_id), report)?;
             report.packs_compacted += 1;
             report.bytes_reclaimed += p.info.len;
         }
@@ -391,10 +406,17 @@ impl Store {
         grace_ms: u64,
         live: &HashSet<ChunkId>,
         dry_run: bool,
+        shared: bool,
         report: &mut GcReport,
     ) -> Result<u64> {
         let backend = self.chunks().backend();
         let mut n = 0;
+        // Already retired: the reaping decides when they go.
+        let retired: HashSet<PackId> = if shared {
+            tombstone::list_tombstones(backend)?.iter().filter_map(|t| t.pack_id().ok()).collect()
+        } else {
+            HashSet::new()
+        };
         for meta in backend.list(objects::PACKS)? {
             let Some(id) = objects::parse_pack(&meta.location) else { continue };
             let written_ms = meta.last_modified.timestamp_millis().max(0) as u64;
@@ -402,7 +424,10 @@ impl Store {
                 continue;
             }
             // In flight first: once indexed, an upload leaves the in-flight list.
-            if self.chunks().is_in_flight(&id) || self.chunks().index().pack_info(&id)?.is_some() {
+            if retired.contains(&id)
+                || self.chunks().is_in_flight(&id)
+                || self.chunks().index().pack_info(&id)?.is_some()
+            {
                 continue;
             }
             // The only copy of a live chunk: the index lost this pack.
@@ -424,12 +449,68 @@ impl Store {
                 continue;
             }
             if !dry_run {
-                backend.delete(&meta.location)?;
+                self.retire(shared, &id, None, report)?;
                 report.bytes_reclaimed += meta.size;
             }
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Removes a pack object this host no longer indexes: at once on a
+    /// store of its own; on a shared one, a tombstone (`replacement`: where
+    /// a compaction copied its live chunks) and the reaping later.
+    fn retire(
+        &self,
+        shared: bool,
+        pack: &PackId,
+        replacement: Option<PackId>,
+        report: &mut GcReport,
+    ) -> Result<()> {
+        let backend = self.chunks().backend();
+        if shared {
+            tombstone::put_tombstone(backend, &Tombstone::new(*pack, self.id(), replacement))?;
+            report.tombstones_written += 1;
+            Ok(())
+        } else {
+            backend.delete(&objects::pack(pack))
+        }
+    }
+
+    /// Deletes the tombstoned packs every host that counts has absorbed
+    /// (and that are past the grace period), then their tombstones.
+    fn gc_reap(&self, grace_ms: u64, report: &mut GcReport) -> Result<()> {
+        let backend = self.chunks().backend();
+        let tombs = tombstone::list_tombstones(backend)?;
+        if tombs.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        let timeout = u64::try_from(self.gc_host_timeout().as_millis()).unwrap_or(u64::MAX);
+        let (hosts, gone): (Vec<_>, Vec<_>) = tombstone::list_acks(backend)?
+            .into_iter()
+            .partition(|a| a.at_ms.saturating_add(timeout) >= now);
+        for a in &gone {
+            tracing::warn!(host = %a.host, hostname = %a.hostname, silent_ms = now.saturating_sub(a.at_ms), "a host silent for longer than the gc host timeout is taken for gone");
+        }
+        report.hosts = hosts.len() as u64;
+        report.hosts_gone = gone.len() as u64;
+        for t in &tombs {
+            let pack = t.pack_id()?;
+            let ready = t.at_ms.saturating_add(grace_ms) <= now
+                && hosts.iter().all(|a| absorb::acked(a, t))
+                && self.chunks().index().pack_info(&pack)?.is_none();
+            if !ready {
+                report.tombstones_waiting += 1;
+                continue;
+            }
+            // The pack first: a tombstone never outlives a pack another
+            // host could still index.
+            backend.delete(&objects::pack(&pack))?;
+            backend.delete(&objects::gc_tombstone(&pack))?;
+            report.tombstones_reaped += 1;
+        }
+        Ok(())
     }
 }
 

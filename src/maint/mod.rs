@@ -5,9 +5,10 @@
 //! - [`repair`]: rebuild the index from pack footers, salvage damaged
 //!   packs, restore records from their object copies, mark damage;
 //! - [`gc`]: tracing garbage collection with pack compaction;
-//! - [`stats`]: what `forkfs status` shows;
-//! - [`reach`]: the walk from roots to every node and data chunk that
-//!   check and gc share.
+//! - [`stats`]: what `forkfs status` shows.
+//!
+//! The walk from roots to every node and data chunk that check and gc
+//! share is `graph::reach` (a host absorbing another's GC needs it too).
 //!
 //! Uses the store and everything below it.
 //!
@@ -16,7 +17,6 @@
 pub mod check;
 mod copies;
 pub mod gc;
-pub mod reach;
 pub mod repair;
 pub mod stats;
 mod unsaved;

@@ -50,6 +50,28 @@ pub fn head(id: VolumeId) -> Path {
     Path::from(format!("{HEADS}/{:016x}.json", id.0))
 }
 
+/// Prefix of the tombstones GC leaves on a shared store (one per pack it
+/// retired; the pack object goes only once every host acknowledged it).
+pub const GC_TOMBSTONES: &str = "gc";
+/// Prefix of each host's acknowledgement of the tombstones it has absorbed.
+pub const GC_ACKS: &str = "gc-acks";
+
+/// The tombstone of pack `id` (shared stores).
+pub fn gc_tombstone(id: &PackId) -> Path {
+    Path::from(format!("{GC_TOMBSTONES}/{id}.json"))
+}
+
+/// Parses a tombstone key back into its pack id.
+pub fn parse_gc_tombstone(key: &Path) -> Option<PackId> {
+    let name = key.as_ref().strip_prefix("gc/")?.strip_suffix(".json")?;
+    PackId::parse(name)
+}
+
+/// The acknowledgement of host `host` (a store id: 32 hex).
+pub fn gc_ack(host: &str) -> Path {
+    Path::from(format!("{GC_ACKS}/{host}.json"))
+}
+
 /// Prefix under which the names of versions live (local stores).
 pub const TAGS: &str = "tags";
 
@@ -75,5 +97,13 @@ mod tests {
         assert_eq!(parse_pack(&pack(&id)), Some(id));
         assert_eq!(parse_pack(&Path::from("packs/x.pack")), None);
         assert_eq!(parse_pack(&Path::from("versions/x.json")), None);
+    }
+
+    #[test]
+    fn tombstone_keys_round_trip() {
+        let id = PackId([0x5c; 16]);
+        assert_eq!(parse_gc_tombstone(&gc_tombstone(&id)), Some(id));
+        assert_eq!(parse_gc_tombstone(&Path::from("gc-acks/x.json")), None);
+        assert_eq!(parse_gc_tombstone(&pack(&id)), None);
     }
 }

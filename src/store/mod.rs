@@ -10,6 +10,7 @@
 //!
 //! Uses every layer below it.
 
+pub(crate) mod absorb;
 pub mod config;
 #[cfg(test)]
 mod golden;
@@ -47,6 +48,10 @@ struct Inner {
     storage: Arc<Storage>,
     /// One GC at a time.
     gc_lock: Mutex<()>,
+    /// On a shared store: hosts silent for longer are taken for gone by GC.
+    gc_host_timeout: std::time::Duration,
+    /// See [`Settings::test_gc_unsafe_immediate_delete`].
+    gc_unsafe_immediate_delete: bool,
 }
 
 /// An open store; cheap to clone, safe to share between threads.
@@ -190,6 +195,7 @@ impl Store {
                 .as_ref()
                 .map(|_| (dir.join("cache"), config.disk_cache_bytes)),
             readahead: settings.readahead(),
+            shared: config.remote.is_some() && backend.outbox().is_some(),
         };
         let index = ChunkIndex::new(db.clone());
         let chunks = Arc::new(ChunkStore::new(backend.clone(), index, chunk_config));
@@ -210,6 +216,23 @@ impl Store {
             }
             _ => None,
         };
+        // Every host of a shared store takes part in its GC: registered
+        // before it indexes anything, then absorbing tombstones at the pace
+        // of lease renewals (`absorb.rs`).
+        if let Some(r) = &remote {
+            let host = config.id.clone().unwrap_or_default();
+            absorb::register(&storage, &host)?;
+            let (s, stall) = (storage.clone(), r.stall());
+            let every = (settings.lease_ttl() / 3).max(std::time::Duration::from_millis(100));
+            r.start_ticker(
+                every,
+                Box::new(move || {
+                    if let Err(e) = absorb::absorb(&s, &host, stall) {
+                        tracing::warn!(error = %e, "gc tombstones not absorbed yet");
+                    }
+                }),
+            )?;
+        }
         let volumes =
             Arc::new(Volumes::new(storage.clone(), remote.clone(), config.default_block_size));
         let graph = Graph::new(storage.clone(), volumes.clone());
@@ -222,6 +245,8 @@ impl Store {
                 remote,
                 storage,
                 gc_lock: Mutex::new(()),
+                gc_host_timeout: settings.gc_host_timeout(),
+                gc_unsafe_immediate_delete: settings.test_gc_unsafe_immediate_delete,
             }),
         };
         // Segments below a volume's floor were folded by a checkpoint whose
@@ -273,6 +298,21 @@ impl Store {
 
     pub(crate) fn gc_lock(&self) -> &Mutex<()> {
         &self.inner.gc_lock
+    }
+
+    /// This store's identity (its host id in a shared store's GC).
+    pub(crate) fn id(&self) -> &str {
+        self.inner.config.id.as_deref().unwrap_or_default()
+    }
+
+    /// On a shared store, how long a silent host still counts for GC.
+    pub(crate) fn gc_host_timeout(&self) -> std::time::Duration {
+        self.inner.gc_host_timeout
+    }
+
+    /// GC deletes at once on a shared store (the negative control only).
+    pub(crate) fn gc_unsafe_immediate_delete(&self) -> bool {
+        self.inner.gc_unsafe_immediate_delete
     }
 
     /// Durably syncs every write acknowledged so far: the data log first,

@@ -8,8 +8,9 @@
 use super::Remote;
 use super::publish::Publisher;
 use crate::cas::pack::read_footer;
+use crate::cas::tombstone::list_tombstones;
 use crate::db::Batch;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::head::Storage;
 use crate::id::{VersionId, VolumeId};
 use crate::objects::keys as objects;
@@ -64,7 +65,13 @@ fn import_objects(
     // (known volumes' are read below, only if new versions arrive).
     let mut heads: Vec<(VolumeId, HeadRecord)> = Vec::new();
     for o in backend.list(objects::VOLUMES)? {
-        let rec: VolumeRecord = serde_json::from_slice(&backend.get(&o.location)?)
+        let raw = match backend.get(&o.location) {
+            Ok(raw) => raw,
+            // Deleted by another host since the listing.
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let rec: VolumeRecord = serde_json::from_slice(&raw)
             .map_err(|e| Error::corrupt(format!("{}: {e}", o.location)))?;
         // Its id is taken even if its creation never finished.
         next_id = next_id.max(rec.id.0 + 1);
@@ -101,7 +108,12 @@ fn import_objects(
         if db.get_meta(&keys::version(&id))?.is_some() {
             continue;
         }
-        let v = VersionRecord::decode(&backend.get(&o.location)?)?;
+        let raw = match backend.get(&o.location) {
+            Ok(raw) => raw,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let v = VersionRecord::decode(&raw)?;
         if v.id != id || v.clone().seal()?.id != v.id {
             return Err(Error::corrupt(format!("{} does not match its id", o.location)));
         }
@@ -155,7 +167,16 @@ fn import_objects(
         report.versions += 1;
     }
     let index = storage.chunks.index();
-    let known: HashSet<_> = index.packs()?.into_iter().map(|(id, _)| id).collect();
+    let mut known: HashSet<_> = index.packs()?.into_iter().map(|(id, _)| id).collect();
+    // Packs a GC retired are never indexed again (see `cas/tombstone.rs`).
+    // Listed before the packs: a tombstone absent now was either reaped
+    // with its pack already gone, or is written later, when this host's
+    // acknowledgement is awaited.
+    if publisher.is_some() {
+        for t in list_tombstones(backend)? {
+            known.extend(t.pack_id().ok());
+        }
+    }
     let packs: Vec<_> = backend
         .list(objects::PACKS)?
         .into_iter()
@@ -165,8 +186,12 @@ fn import_objects(
     progress.stage("pack footers", packs.len() as u64);
     for (id, o) in packs {
         progress.advance(1);
-        let entries = read_footer(backend, &o.location, o.size)
-            .map_err(|e| Error::corrupt(format!("pack {id}: {e}")))?;
+        let entries = match read_footer(backend, &o.location, o.size) {
+            Ok(entries) => entries,
+            // Deleted since the listing (a GC reaped it): nothing to index.
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::corrupt(format!("pack {id}: {e}"))),
+        };
         index.put_pack(b, id, o.size, &entries);
         report.packs += 1;
         report.chunks += entries.len();

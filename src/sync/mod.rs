@@ -39,6 +39,15 @@ pub struct Remote {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// How long uploads may make no progress before a sync gives up.
     stall: Duration,
+    /// The periodic task a layer above gives it (absorbing other hosts'
+    /// GC tombstones), stopped before the remote side closes.
+    ticker: Mutex<Option<Ticker>>,
+}
+
+/// A background task run every period until stopped.
+struct Ticker {
+    stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// A head's right to write its volume: the lease, and the remote side kept
@@ -71,7 +80,45 @@ impl Remote {
         ));
         let thread = publisher.spawn()?;
         publisher.kick();
-        Ok(Arc::new(Remote { storage, publisher, thread: Mutex::new(Some(thread)), stall }))
+        Ok(Arc::new(Remote {
+            storage,
+            publisher,
+            thread: Mutex::new(Some(thread)),
+            stall,
+            ticker: Mutex::new(None),
+        }))
+    }
+
+    /// Runs `task` now and then every `every` (at the pace of lease
+    /// renewals) on a thread of its own, until the remote side closes.
+    /// The task must hold no `Store`: it would keep the store open.
+    pub(crate) fn start_ticker(
+        &self,
+        every: Duration,
+        task: Box<dyn Fn() + Send + 'static>,
+    ) -> Result<()> {
+        let stop = Arc::new((Mutex::new(false), parking_lot::Condvar::new()));
+        let s = stop.clone();
+        let thread =
+            std::thread::Builder::new().name("forkfs-gc-acks".into()).spawn(move || {
+                loop {
+                    task();
+                    let mut stopped = s.0.lock();
+                    if !*stopped {
+                        s.1.wait_for(&mut stopped, every);
+                    }
+                    if *stopped {
+                        return;
+                    }
+                }
+            })?;
+        *self.ticker.lock() = Some(Ticker { stop, thread });
+        Ok(())
+    }
+
+    /// How long uploads may make no progress before waiting for them fails.
+    pub(crate) fn stall(&self) -> Duration {
+        self.stall
     }
 
     pub(crate) fn publisher(&self) -> &Publisher {
@@ -167,6 +214,11 @@ impl Remote {
 
 impl Drop for Remote {
     fn drop(&mut self) {
+        if let Some(t) = self.ticker.lock().take() {
+            *t.stop.0.lock() = true;
+            t.stop.1.notify_all();
+            let _ = t.thread.join();
+        }
         let p = &self.publisher;
         p.stop();
         if let Some(t) = self.thread.lock().take() {

@@ -8,5 +8,6 @@ mod common;
 mod remote;
 mod remote_crash;
 mod remote_faults;
+mod remote_gc;
 mod remote_outage;
 mod remote_takeover;

@@ -7,14 +7,86 @@
 //! leaves of an fs volume's inode map hold inode records whose content maps
 //! (file blocks, directory entries) are roots of their own.
 
+use crate::db::{CF_META, CF_OVERLAY, Db};
 use crate::error::{Error, Result};
 use crate::head::fs::inode::{Content, Inode, META_KEY, decode_entries};
-use crate::head::overlay::{Dirty, Space};
+use crate::head::overlay::{self, Dirty, Space};
 use crate::id::ChunkId;
+use crate::id::VolumeId;
 use crate::map::MapRoot;
 use crate::map::node::{Node, span_mask};
-use crate::records::VolumeKind;
+use crate::records::{HeadRecord, VersionRecord, VolumeKind, VolumeRecord, keys};
+use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode};
 use std::collections::{HashMap, HashSet};
+
+/// Called with each (key, value) of a scan.
+type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
+/// Everything to mark from, read in one snapshot of the index.
+#[derive(Default)]
+pub struct Roots {
+    /// Each root with how to read its nodes.
+    pub roots: Vec<(MapKind, MapRoot)>,
+    pub versions: u64,
+    pub heads: u64,
+}
+
+/// Reads, in `snap`, every root a store holds: each version's, each
+/// head's, and the content maps of fs volumes' dirty inode records.
+pub fn roots(db: &Db, snap: &SnapshotWithThreadMode<'_, DB>) -> Result<Roots> {
+    let scan = |cf: &str, prefix: &[u8], f: &mut Visit<'_>| {
+        let mode = IteratorMode::From(prefix, Direction::Forward);
+        for item in snap.iterator_cf(db.cf(cf), mode) {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            f(&k, &v)?;
+        }
+        Ok::<(), Error>(())
+    };
+    let mut kinds: HashMap<VolumeId, VolumeKind> = HashMap::new();
+    scan(CF_META, keys::VOLUME_PREFIX.as_bytes(), &mut |_, v| {
+        let r: VolumeRecord = serde_json::from_slice(v)?;
+        kinds.insert(r.id, r.kind);
+        Ok(())
+    })?;
+    let mut out = Roots::default();
+    scan(CF_META, keys::VERSION_PREFIX.as_bytes(), &mut |k, v| {
+        let r = VersionRecord::decode(v).map_err(|e| {
+            Error::corrupt(format!(
+                "version record {} is unreadable ({e}); run `forkfs fsck --repair`",
+                String::from_utf8_lossy(k)
+            ))
+        })?;
+        out.versions += 1;
+        out.roots.push((MapKind::top(r.kind), r.root));
+        Ok(())
+    })?;
+    scan(CF_META, keys::HEAD_PREFIX.as_bytes(), &mut |k, v| {
+        let vol = std::str::from_utf8(&k[keys::HEAD_PREFIX.len()..])
+            .ok()
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .map(VolumeId)
+            .ok_or_else(|| Error::corrupt("head key is malformed"))?;
+        let kind = *kinds.get(&vol).ok_or_else(|| {
+            Error::corrupt(format!("head of volume {} has no volume record", vol.0))
+        })?;
+        let h: HeadRecord = serde_json::from_slice(v)?;
+        out.heads += 1;
+        out.roots.push((MapKind::top(kind), h.root));
+        Ok(())
+    })?;
+    // Dirty inode records of fs volumes name content maps of their own.
+    scan(CF_OVERLAY, b"", &mut |k, v| {
+        let (vol, space, _, ino, dirty) = overlay::decode_raw(k, v)?;
+        if kinds.get(&vol) == Some(&VolumeKind::Fs) {
+            out.roots.extend(dirty_inode_root(space, ino, &dirty)?);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
 
 /// Which map a node belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

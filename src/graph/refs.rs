@@ -118,7 +118,13 @@ impl Graph {
     pub fn delete_version(&self, version: &VersionRecord) -> Result<()> {
         let volume = self.volumes.get(version.volume_name.as_str())?;
         let db = self.db();
+        // The intent first: a crash before the index records go leaves a
+        // deletion the next open finishes, not a version without its object.
+        let mut intent = Batch::default();
+        db.put_meta(&mut intent, &keys::deleting(&version.id), volume.name.to_string());
+        db.write(intent, true)?;
         let mut b = Batch::default();
+        db.delete_meta(&mut b, &keys::deleting(&version.id));
         db.delete_meta(&mut b, &keys::version(&version.id));
         db.delete_meta(&mut b, &keys::damaged(&version.id));
         db.delete_meta(&mut b, &keys::log(volume.id, version.seq));
@@ -138,6 +144,28 @@ impl Graph {
         }
         self.storage.chunks.backend().delete(&objects::version(&version.id))?;
         db.write(b, true)
+    }
+
+    /// At open: finishes the deletions a crash interrupted (see
+    /// [`Graph::delete_version`]).
+    pub(crate) fn finish_deletions(&self) -> Result<()> {
+        for (k, _) in self.db().scan_meta(keys::DELETING_PREFIX)? {
+            let id = VersionId::parse(&k[keys::DELETING_PREFIX.len()..]);
+            match id.map(|id| self.storage.records.version(&id)) {
+                Some(Ok(v)) => {
+                    tracing::info!(version = %v.id.short(), "finishing a deletion a crash interrupted");
+                    self.delete_version(&v)?;
+                }
+                Some(Err(e)) if e.kind() != crate::error::ErrorKind::NotFound => return Err(e),
+                // Its records are gone already (or the key is not ours).
+                _ => {
+                    let mut b = Batch::default();
+                    self.db().delete_meta(&mut b, &k);
+                    self.db().write(b, true)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes the object copy of a tag, so a lost index comes back with

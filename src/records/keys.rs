@@ -51,6 +51,12 @@ pub const DAMAGED_PREFIX: &str = "damaged/";
 pub fn damaged(id: &VersionId) -> String {
     format!("damaged/{id}")
 }
+/// Present while a version is being deleted (its object copies go before
+/// its index records): a crash in between is finished at the next open.
+pub const DELETING_PREFIX: &str = "deleting/";
+pub fn deleting(id: &VersionId) -> String {
+    format!("{DELETING_PREFIX}{id}")
+}
 /// Present while a deferred head holds unsealed writes (see
 /// `head/block/deferred.rs`); found at open, it means a process died with them.
 pub fn unsealed(v: VolumeId) -> String {

@@ -257,6 +257,7 @@ impl Store {
             }
         }
         store.graph().recover_unsealed()?;
+        store.graph().finish_deletions()?;
         Ok(store)
     }
 

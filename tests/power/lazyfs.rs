@@ -50,6 +50,10 @@ struct State {
     dirty: HashMap<u64, Dirty>,
     /// Open handles: file handle -> (inode, file).
     handles: HashMap<u64, (u64, Arc<File>)>,
+    /// Bumped when an inode is gone: the backing file system hands its
+    /// number to new files, and the kernel must not take one for the
+    /// other (it keeps pages and attributes per node).
+    generations: HashMap<u64, u64>,
 }
 
 /// What happened so far (for a test's report).
@@ -135,7 +139,10 @@ impl LazyFs {
     /// `file` may be any handle of the inode, a read-only one too (fsync
     /// through it syncs the inode, as on a disk).
     fn sync_ino(&self, ino: u64, file: &File) -> Result<(), Errno> {
-        let Some(d) = self.state.lock().dirty.remove(&ino) else { return Ok(()) };
+        // Held while the pages go to the backing file: a reader between
+        // taking them out and writing them would find the file short.
+        let mut st = self.state.lock();
+        let Some(d) = st.dirty.get(&ino) else { return Ok(()) };
         // Reopened for writing through the handle, whatever its name now.
         let file = &std::fs::OpenOptions::new()
             .write(true)
@@ -150,6 +157,7 @@ impl LazyFs {
             file.write_all_at(&page[..n], at).map_err(errno)?;
         }
         file.set_len(d.size).map_err(errno)?;
+        st.dirty.remove(&ino);
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -162,7 +170,12 @@ impl LazyFs {
         if links == 0 && !st.handles.values().any(|(i, _)| *i == ino) {
             st.dirty.remove(&ino);
             st.paths.remove(&ino);
+            *st.generations.entry(ino).or_default() += 1;
         }
+    }
+
+    fn generation(&self, ino: u64) -> Generation {
+        Generation(self.state.lock().generations.get(&ino).copied().unwrap_or(0))
     }
 
     fn handle(&self, fh: FileHandle) -> Result<(u64, Arc<File>), Errno> {
@@ -190,7 +203,7 @@ impl Filesystem for LazyFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.child(parent, name).and_then(|p| self.entry(p)) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&TTL, &a, self.generation(a.ino.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -286,7 +299,7 @@ impl Filesystem for LazyFs {
             self.entry(rel)
         };
         match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&TTL, &a, self.generation(a.ino.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -315,7 +328,7 @@ impl Filesystem for LazyFs {
             self.entry(rel)
         };
         match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&TTL, &a, self.generation(a.ino.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -358,7 +371,7 @@ impl Filesystem for LazyFs {
             self.entry(rel)
         };
         match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&TTL, &a, self.generation(a.ino.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -412,7 +425,7 @@ impl Filesystem for LazyFs {
             self.entry(to)
         };
         match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&TTL, &a, self.generation(a.ino.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -447,7 +460,9 @@ impl Filesystem for LazyFs {
             Ok((attr, fh))
         };
         match run() {
-            Ok((a, fh)) => reply.created(&TTL, &a, Generation(0), fh, FopenFlags::empty()),
+            Ok((a, fh)) => {
+                reply.created(&TTL, &a, self.generation(a.ino.0), fh, FopenFlags::empty())
+            }
             Err(e) => reply.error(e),
         }
     }

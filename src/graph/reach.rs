@@ -20,7 +20,26 @@ use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode};
 use std::collections::{HashMap, HashSet};
 
 /// Called with each (key, value) of a scan.
-type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
+/// Visits, in `snap`, every entry of column family `cf` under `prefix`.
+pub fn scan(
+    db: &Db,
+    snap: &SnapshotWithThreadMode<'_, DB>,
+    cf: &str,
+    prefix: &[u8],
+    f: &mut Visit<'_>,
+) -> Result<()> {
+    let mode = IteratorMode::From(prefix, Direction::Forward);
+    for item in snap.iterator_cf(db.cf(cf), mode) {
+        let (k, v) = item?;
+        if !k.starts_with(prefix) {
+            break;
+        }
+        f(&k, &v)?;
+    }
+    Ok(())
+}
 
 /// Everything to mark from, read in one snapshot of the index.
 #[derive(Default)]
@@ -34,17 +53,7 @@ pub struct Roots {
 /// Reads, in `snap`, every root a store holds: each version's, each
 /// head's, and the content maps of fs volumes' dirty inode records.
 pub fn roots(db: &Db, snap: &SnapshotWithThreadMode<'_, DB>) -> Result<Roots> {
-    let scan = |cf: &str, prefix: &[u8], f: &mut Visit<'_>| {
-        let mode = IteratorMode::From(prefix, Direction::Forward);
-        for item in snap.iterator_cf(db.cf(cf), mode) {
-            let (k, v) = item?;
-            if !k.starts_with(prefix) {
-                break;
-            }
-            f(&k, &v)?;
-        }
-        Ok::<(), Error>(())
-    };
+    let scan = |cf: &str, prefix: &[u8], f: &mut Visit<'_>| scan(db, snap, cf, prefix, f);
     let mut kinds: HashMap<VolumeId, VolumeKind> = HashMap::new();
     scan(CF_META, keys::VOLUME_PREFIX.as_bytes(), &mut |_, v| {
         let r: VolumeRecord = serde_json::from_slice(v)?;

@@ -49,7 +49,6 @@ use crate::objects::keys as objects;
 use crate::progress::Progress;
 use crate::store::Store;
 use crate::store::absorb;
-use rocksdb::{Direction, IteratorMode};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -129,9 +128,6 @@ pub struct GcReport {
 
 /// A root to mark from, and how to read its nodes.
 type Root = (MapKind, MapRoot);
-/// Called with each (key, value) of a scan.
-type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
-
 /// One indexed pack and the chunk entries pointing into it.
 struct PackUse {
     id: PackId,
@@ -293,16 +289,8 @@ impl Store {
     fn gc_snapshot(&self, report: &mut GcReport) -> Result<(Vec<Root>, Vec<PackUse>)> {
         let db = self.db();
         let snap = db.raw().snapshot();
-        let scan = |cf: &str, prefix: &[u8], f: &mut Visit<'_>| {
-            let mode = IteratorMode::From(prefix, Direction::Forward);
-            for item in snap.iterator_cf(db.cf(cf), mode) {
-                let (k, v) = item?;
-                if !k.starts_with(prefix) {
-                    break;
-                }
-                f(&k, &v)?;
-            }
-            Ok::<(), Error>(())
+        let scan = |cf: &str, prefix: &[u8], f: &mut reach::Visit<'_>| {
+            reach::scan(db, &snap, cf, prefix, f)
         };
         let found = reach::roots(db, &snap).map_err(|e| e.context("gc stopped"))?;
         report.versions = found.versions;

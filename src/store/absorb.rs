@@ -21,7 +21,6 @@
 use crate::cas::pack::{self, PackWriter};
 use crate::cas::tombstone::{self, Ack, Tombstone};
 use crate::cas::{ChunkStore, Location};
-use crate::clock::now_ms;
 use crate::db::Batch;
 use crate::error::{Error, Result};
 use crate::graph::reach::{self, Walk};
@@ -83,14 +82,7 @@ pub(crate) fn absorb_locked(storage: &Storage, host: &str, stall: Duration) -> R
             packs.push(t.pack.clone());
         }
     }
-    let ack = Ack {
-        format: 1,
-        host: host.to_string(),
-        hostname: hostname(),
-        pid: std::process::id(),
-        at_ms: now_ms(),
-        packs,
-    };
+    let ack = Ack::now(host, packs);
     tombstone::put_ack(backend, &ack)?;
     if out.packs > 0 {
         tracing::info!(?out, "absorbed gc tombstones");
@@ -223,12 +215,6 @@ fn copy_needed(
     Ok(())
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown-host".into())
-}
-
 /// Writes this host's first acknowledgement (none absorbed yet) if it has
 /// none, before it indexes anything: from then on every GC waits for it.
 pub(crate) fn register(storage: &Storage, host: &str) -> Result<()> {
@@ -236,14 +222,7 @@ pub(crate) fn register(storage: &Storage, host: &str) -> Result<()> {
     if backend.get_versioned(&keys::gc_ack(host))?.is_some() {
         return Ok(());
     }
-    let ack = Ack {
-        format: 1,
-        host: host.to_string(),
-        hostname: hostname(),
-        pid: std::process::id(),
-        at_ms: now_ms(),
-        packs: Vec::new(),
-    };
+    let ack = Ack::now(host, Vec::new());
     tombstone::put_ack(backend, &ack)
 }
 

@@ -35,6 +35,11 @@
 //! either side of it; so the record may hold blocks that were sealed (a
 //! wider rollback, never a narrower one) but never misses a pending block.
 //! A rollback runs with no request in flight (see `Persistence::detach`).
+//! Requests are noted only while the volume defers persistence: a write
+//! admitted just before the operator switches a served volume to btrfs
+//! mode can land in the pending layer unnoted, and then stands when its
+//! client is lost (unless no other client wrote: then the whole layer
+//! goes).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;

@@ -96,6 +96,9 @@ pub struct Persistence {
     not_btrfs_logged: AtomicBool,
     /// The clients attached and what they touched since the last seal.
     clients: Mutex<Clients>,
+    /// A seal failed after `clients` forgot the writes it was to seal:
+    /// until a seal succeeds, a lost client rolls everyone back.
+    untracked: AtomicBool,
     /// Held shared by every request while it runs, exclusively by a
     /// rollback: requests of the clients a rollback fails are either
     /// finished before it (their writes are discarded with the rest) or
@@ -125,6 +128,7 @@ impl Persistence {
             seal_lock: Mutex::new(()),
             not_btrfs_logged: AtomicBool::new(false),
             clients: Mutex::new(Clients::default()),
+            untracked: AtomicBool::new(false),
             ops: RwLock::new(()),
             arrivals: Mutex::new((0, std::collections::BTreeSet::new())),
             landed: Condvar::new(),
@@ -296,7 +300,14 @@ impl Persistence {
         let at = Instant::now();
         // Before the seal moves anything: a write that finished is sealed.
         self.clients.lock().sealing();
-        let st = self.head.seal(sp.map(|s| s.generation))?;
+        let st = match self.head.seal(sp.map(|s| s.generation)) {
+            Ok(st) => st,
+            Err(e) => {
+                self.untracked.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        self.untracked.store(false, Ordering::SeqCst);
         self.stats.safe_points.fetch_add(1, Ordering::Relaxed);
         self.stats.sealed_bytes.fetch_add(st.bytes, Ordering::Relaxed);
         self.uncommitted_since.lock().get_or_insert(at);
@@ -343,18 +354,21 @@ impl Persistence {
                     self.seal(None)
                 }
             }
+            End::Lost if self.untracked.load(Ordering::SeqCst) => self.roll_back_all(
+                "a connection ended without NBD_CMD_DISC after a failed seal (which client wrote what is not known)",
+            ),
             End::Lost => self.roll_back_client(client),
-            End::Stopped => {
-                let _all = self.ops.write();
-                self.clients.lock().fall_all();
-                let st = self
-                    .store
-                    .graph()
-                    .roll_back(&self.head, "the server stopped while a client was attached")?;
-                self.rolled_back(st, true);
-                Ok(())
-            }
+            End::Stopped => self.roll_back_all("the server stopped while a client was attached"),
         }
+    }
+
+    /// Discards every write since the last safe point; every client falls.
+    fn roll_back_all(&self, reason: &str) -> forkfs::Result<()> {
+        let _all = self.ops.write();
+        self.clients.lock().fall_all();
+        let st = self.store.graph().roll_back(&self.head, reason)?;
+        self.rolled_back(st, true);
+        Ok(())
     }
 
     /// `client` lost a connection: it and the clients entangled with it

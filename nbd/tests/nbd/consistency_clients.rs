@@ -4,7 +4,8 @@
 //! client is a peer process here (the server listens on a Unix socket):
 //! each nbdsh below is one. The negative control serves with `--client-by
 //! export` (every connection one client, the whole-export rollback of
-//! before) and shows the first test's assertions fail there.
+//! before) and shows the first test's assertions fail there; over TCP, two
+//! processes of one host are one client and fail the same way.
 
 use crate::common::{Server, nbdsh};
 use crate::consistency::{MIB, SUPER, read_at, real_super, rollbacks, wait_rollbacks};
@@ -102,9 +103,8 @@ struct Outcome {
 
 /// Client A writes a block, client B writes another (no safe point), A is
 /// killed; then B reads its block and writes a second one, and leaves
-/// cleanly. Fresh readers then look at the disk.
-fn two_writers_one_cut(srv: &Server) -> Outcome {
-    let uri = srv.uri("vm");
+/// cleanly. Fresh readers then look at the disk. A and B use `uri`.
+fn two_writers_one_cut(srv: &Server, uri: &str) -> Outcome {
     let writer = |byte: char, at: u64| {
         format!(
             r#"
@@ -116,7 +116,7 @@ sys.stdin.readline()
         )
     };
     let mut b = Held::start(
-        &uri,
+        uri,
         &format!(
             r#"{}
 try:
@@ -130,7 +130,7 @@ except nbd.Error as e:
             writer('B', B_AT)
         ),
     );
-    let mut a = Held::start(&uri, &writer('A', A_AT));
+    let mut a = Held::start(uri, &writer('A', A_AT));
     assert_eq!(a.line(), "WROTE");
     assert_eq!(b.line(), "WROTE");
     a.kill();
@@ -151,7 +151,7 @@ except nbd.Error as e:
 #[test]
 fn consistency_a_lost_client_rolls_back_only_its_own_writes() {
     let srv = btrfs_server(&[]);
-    let out = two_writers_one_cut(&srv);
+    let out = two_writers_one_cut(&srv, &srv.uri("vm"));
     assert_eq!(
         out,
         Outcome { b_served: true, b_kept: true, a_gone: true, discarded: BLOCK },
@@ -166,7 +166,23 @@ fn consistency_a_lost_client_rolls_back_only_its_own_writes() {
 #[test]
 fn consistency_negative_control_whole_export_rollback_fails_the_other_client() {
     let srv = btrfs_server(&["--client-by", "export"]);
-    let out = two_writers_one_cut(&srv);
+    let out = two_writers_one_cut(&srv, &srv.uri("vm"));
+    assert_eq!(
+        out,
+        Outcome { b_served: false, b_kept: false, a_gone: true, discarded: 2 * BLOCK },
+        "{}",
+        srv.log()
+    );
+}
+
+/// Over TCP a client is an IP address: two processes on one host are one
+/// client (the documented limit), so the same run rolls both back.
+#[test]
+fn consistency_tcp_connections_from_one_host_are_one_client() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let srv = btrfs_server(&["--listen", &listen]);
+    let out = two_writers_one_cut(&srv, &format!("nbd://{listen}/vm"));
     assert_eq!(
         out,
         Outcome { b_served: false, b_kept: false, a_gone: true, discarded: 2 * BLOCK },

@@ -4,7 +4,8 @@
 //! Core errors become NBD errnos in exactly one place, [`errno`], and
 //! option-reply errors (an export that cannot be opened) in one, [`refusal`].
 
-use crate::persist::{End, Mode, Persistence};
+use crate::persist::clients::{Client, Peer};
+use crate::persist::{End, Mode, Persistence, Touch};
 use crate::proto::{Errno, OptionReplyType};
 use forkfs::{
     BlockHead, ErrorKind, Opened, SnapshotOptions, Store, Target, VersionRecord, VolumeKind,
@@ -125,9 +126,9 @@ impl Export {
             .ok_or_else(|| forkfs::Error::read_only("this export is a read-only version"))
     }
 
-    /// A connection attaches: the epoch its requests must match (live exports).
-    pub fn attach(&self) -> u64 {
-        self.persist.as_ref().map_or(0, |p| p.attach())
+    /// A connection from `peer` attaches: its client (live exports).
+    pub fn attach(&self, peer: Peer) -> Option<Client> {
+        self.persist.as_ref().map(|p| p.attach(peer))
     }
 
     /// Records a received request's arrival (live exports; see
@@ -144,20 +145,38 @@ impl Export {
         }
     }
 
-    /// Admits a request of a connection attached at `epoch` (see
-    /// [`Persistence::begin`]); hold the guard while it runs.
+    /// Admits a request of `client` (see [`Persistence::begin`]); hold the
+    /// guard while it runs.
     pub fn begin(
         &self,
-        epoch: u64,
+        client: Option<&Client>,
     ) -> forkfs::Result<Option<parking_lot::RwLockReadGuard<'_, ()>>> {
-        self.persist.as_ref().map(|p| p.begin(epoch)).transpose()
+        match (&self.persist, client) {
+            (Some(p), Some(c)) => p.begin(c).map(Some),
+            _ => Ok(None),
+        }
     }
 
-    /// A connection ended: in btrfs mode an unclean end rolls the disk back
-    /// to its last safe point.
-    pub fn detach(&self, end: End) {
-        if let Some(p) = &self.persist
-            && let Err(e) = p.detach(end)
+    /// Notes what an admitted request of `client` touches (see
+    /// [`Persistence::touch`]); hold the value while it runs.
+    pub fn touch(
+        &self,
+        client: Option<&Client>,
+        write: bool,
+        offset: u64,
+        len: u64,
+    ) -> Option<Touch> {
+        match (&self.persist, client) {
+            (Some(p), Some(c)) => p.touch(c, write, offset, len),
+            _ => None,
+        }
+    }
+
+    /// A connection of `client` ended: in btrfs mode an unclean end rolls
+    /// back the client's writes since the last safe point.
+    pub fn detach(&self, client: Option<&Client>, end: End) {
+        if let (Some(p), Some(c)) = (&self.persist, client)
+            && let Err(e) = p.detach(c, end)
         {
             tracing::error!(export = %self.name, error = %e, "persisting after disconnect failed");
         }

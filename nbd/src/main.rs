@@ -53,6 +53,13 @@ enum Command {
         /// see `forkfs volume consistency`]
         #[arg(long, value_name = "[VOL=]MODE", value_parser = parse_mode)]
         consistency: Vec<(Option<String>, persist::Mode)>,
+        /// In btrfs mode, what one client is: a lost connection discards
+        /// the writes its client made since the last safe point. `peer`:
+        /// the connections of one process (Unix socket) or one IP address
+        /// (TCP); `export`: every connection of the export (for a client
+        /// that writes one filesystem from several processes)
+        #[arg(long, value_enum, default_value = "peer")]
+        client_by: server::ClientBy,
     },
 }
 
@@ -88,6 +95,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         checkpoint_every,
         checkpoint_after_flush,
         consistency,
+        client_by,
     } = cli.command;
     let dir = cli.store.unwrap_or_else(forkfs::default_store_dir);
     let store = forkfs::Store::open_with(&dir, &forkfs::Settings::from_env())?;
@@ -106,6 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         socket,
         session: session::SessionConfig { checkpoint_after_flush },
         checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
+        client_by,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

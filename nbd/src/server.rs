@@ -4,6 +4,7 @@
 
 use crate::export::Exports;
 use crate::negotiate::negotiate;
+use crate::persist::clients::Peer;
 use crate::session::{SessionConfig, serve};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -20,6 +21,34 @@ pub struct ServerConfig {
     pub session: SessionConfig,
     /// Versions are also taken on this timer when a head changed.
     pub checkpoint_every: Duration,
+    pub client_by: ClientBy,
+}
+
+/// What makes connections one client (see `persist/clients.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientBy {
+    /// The peer process (Unix socket) or IP address (TCP).
+    Peer,
+    /// The export: every connection of an export is one client.
+    Export,
+}
+
+impl ClientBy {
+    fn tcp(self, addr: std::net::SocketAddr) -> Peer {
+        match self {
+            ClientBy::Peer => Peer::Host(addr.ip().to_canonical()),
+            ClientBy::Export => Peer::Anyone,
+        }
+    }
+
+    fn unix(self, s: &tokio::net::UnixStream) -> Peer {
+        match self {
+            ClientBy::Peer => {
+                s.peer_cred().ok().and_then(|c| c.pid()).map_or(Peer::UnknownProcess, Peer::Process)
+            }
+            ClientBy::Export => Peer::Anyone,
+        }
+    }
 }
 
 async fn handle<S>(
@@ -27,7 +56,7 @@ async fn handle<S>(
     exports: Arc<Exports>,
     cfg: SessionConfig,
     stop: watch::Receiver<bool>,
-    peer: String,
+    peer: Peer,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -43,7 +72,7 @@ async fn handle<S>(
     };
     let name = n.export.name.clone();
     tracing::info!(export = %name, structured = n.structured, "attached");
-    match serve(s, n, cfg, stop).await {
+    match serve(s, n, peer, cfg, stop).await {
         Ok(()) => tracing::info!(export = %name, "detached"),
         Err(e) => tracing::info!(export = %name, error = %e, "connection ended"),
     }
@@ -97,10 +126,12 @@ pub async fn run(
             }
             Ok((s, peer)) = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
                 let _ = s.set_nodelay(true);
-                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), peer.to_string()));
+                let peer = cfg.client_by.tcp(peer);
+                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), peer));
             }
             Ok((s, _)) = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
-                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), "unix".to_string()));
+                let peer = cfg.client_by.unix(&s);
+                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), peer));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }

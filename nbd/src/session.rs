@@ -6,6 +6,7 @@
 use crate::export::{Counters, Export, errno};
 use crate::negotiate::{MAX_REQUEST, MetaContext, Negotiated, invalid};
 use crate::persist::End;
+use crate::persist::clients::{Client, Peer};
 use crate::proto::consts::REQUEST_HEADER_LEN;
 use crate::proto::{self, CmdFlags, Command, Errno, Request};
 use std::sync::Arc;
@@ -34,9 +35,12 @@ enum Outcome {
     Status(Vec<(u32, Vec<proto::BlockDescriptor>)>),
 }
 
+/// Serves one connection from `peer` (which says what client it is part
+/// of, see `persist/clients.rs`) until it ends.
 pub async fn serve<S>(
     stream: S,
     n: Negotiated,
+    peer: Peer,
     cfg: SessionConfig,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()>
@@ -44,15 +48,15 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Negotiated { export, structured, contexts } = n;
-    let epoch = export.attach();
-    let res = transmit(stream, &export, structured, contexts, epoch, cfg, &mut stop).await;
+    let client = export.attach(peer);
+    let res = transmit(stream, &export, structured, contexts, client.clone(), cfg, &mut stop).await;
     let end = match &res {
         Ok(true) => End::Clean,
         _ if *stop.borrow() => End::Stopped,
         _ => End::Lost,
     };
     let ex = export.clone();
-    let _ = tokio::task::spawn_blocking(move || ex.detach(end)).await;
+    let _ = tokio::task::spawn_blocking(move || ex.detach(client.as_ref(), end)).await;
     res.map(|_| ())
 }
 
@@ -62,7 +66,7 @@ async fn transmit<S>(
     export: &Arc<Export>,
     structured: bool,
     contexts: Vec<MetaContext>,
-    epoch: u64,
+    client: Option<Client>,
     cfg: SessionConfig,
     stop: &mut watch::Receiver<bool>,
 ) -> std::io::Result<bool>
@@ -80,7 +84,7 @@ where
         Ok::<_, std::io::Error>(wr)
     });
     let mut tasks = tokio::task::JoinSet::new();
-    let conn = Conn { export: export.clone(), structured, contexts, epoch, cfg, tx };
+    let conn = Conn { export: export.clone(), structured, contexts, client, cfg, tx };
     // However the loop ends, the requests in flight finish first: a
     // connection is over only when nothing of it can still touch the disk.
     let ended = requests(&mut rd, &conn, &mut tasks, stop).await;
@@ -101,7 +105,8 @@ struct Conn {
     export: Arc<Export>,
     structured: bool,
     contexts: Arc<Vec<MetaContext>>,
-    epoch: u64,
+    /// The client the connection belongs to (live exports).
+    client: Option<Client>,
     cfg: SessionConfig,
     tx: mpsc::UnboundedSender<Vec<u8>>,
 }
@@ -114,8 +119,8 @@ async fn requests<R: AsyncRead + Unpin>(
     tasks: &mut tokio::task::JoinSet<()>,
     stop: &mut watch::Receiver<bool>,
 ) -> std::io::Result<bool> {
-    let Conn { export, structured, contexts, epoch, cfg, tx } = conn;
-    let (structured, epoch) = (*structured, *epoch);
+    let Conn { export, structured, contexts, client, cfg, tx } = conn;
+    let structured = *structured;
     let budget = Arc::new(Semaphore::new(MAX_INFLIGHT));
     let mut clean = false;
     loop {
@@ -169,6 +174,7 @@ async fn requests<R: AsyncRead + Unpin>(
         let cost = (req.length as usize).min(MAX_REQUEST as usize).max(1);
         let permit = budget.clone().acquire_many_owned(cost as u32).await.map_err(invalid)?;
         let (ex, ctx, tx, cfg) = (export.clone(), contexts.clone(), tx.clone(), cfg.clone());
+        let client = client.clone();
         tasks.spawn(async move {
             let ex2 = ex.clone();
             let res = tokio::task::spawn_blocking(move || {
@@ -176,7 +182,10 @@ async fn requests<R: AsyncRead + Unpin>(
                 if let (Command::Flush, Some(a)) = (req.command, &arrival) {
                     ex2.wait_for_earlier_writes(a).map_err(fail)?;
                 }
-                let _op = ex2.begin(epoch).map_err(fail)?;
+                let _op = ex2.begin(client.as_ref()).map_err(fail)?;
+                let _touch = touches(&req).and_then(|write| {
+                    ex2.touch(client.as_ref(), write, req.offset, u64::from(req.length))
+                });
                 let out = execute(&ex2, &req, payload, &ctx);
                 drop(arrival);
                 out
@@ -207,6 +216,17 @@ async fn requests<R: AsyncRead + Unpin>(
         while tasks.try_join_next().is_some() {}
     }
     Ok(clean)
+}
+
+/// Whether a request reads (`Some(false)`) or writes (`Some(true)`) its
+/// range, for the client record of `persist/clients.rs`. BLOCK_STATUS
+/// reads: the allocation it reports may be another client's pending write.
+fn touches(req: &Request) -> Option<bool> {
+    match req.command {
+        Command::Write | Command::Trim | Command::WriteZeroes => Some(true),
+        Command::Read | Command::BlockStatus => Some(false),
+        _ => None,
+    }
 }
 
 /// Checks a request before running it: the documented errno on failure.

@@ -21,8 +21,39 @@ impl Graph {
     /// there were any. Returns what was discarded.
     pub fn roll_back(&self, head: &BlockHead, reason: &str) -> Result<LayerStats> {
         let stats = head.discard_pending()?;
+        self.record_rollback(head, stats, reason, true)?;
+        Ok(stats)
+    }
+
+    /// Discards the unsealed writes of `head` in the block ranges `ranges`
+    /// only (one group of writers' blocks, see
+    /// [`BlockHead::discard_pending_blocks`], which says what `bytes` is),
+    /// keeping the others, and records the rollback if anything was
+    /// discarded. Returns what was discarded.
+    pub fn roll_back_blocks(
+        &self,
+        head: &BlockHead,
+        ranges: &[(u64, u64)],
+        bytes: u64,
+        reason: &str,
+    ) -> Result<LayerStats> {
+        let stats = head.discard_pending_blocks(ranges, bytes)?;
+        // The layer keeps its `unsealed/` mark while it holds other writes.
+        self.record_rollback(head, stats, reason, false)?;
+        Ok(stats)
+    }
+
+    /// Records and logs a discard that dropped anything; `clear_mark` with
+    /// the layer emptied.
+    fn record_rollback(
+        &self,
+        head: &BlockHead,
+        stats: LayerStats,
+        reason: &str,
+        clear_mark: bool,
+    ) -> Result<()> {
         if stats.since_ms.is_none() {
-            return Ok(stats);
+            return Ok(());
         }
         let rec = RollbackRecord {
             volume: head.record().id,
@@ -35,7 +66,7 @@ impl Graph {
             head_base: head.head().state().base,
             sealed_generation: head.sealed_generation(),
         };
-        self.put_rollback(&rec)?;
+        self.put_rollback(&rec, clear_mark)?;
         tracing::warn!(
             volume = %rec.volume_name,
             discarded_bytes = stats.bytes,
@@ -44,15 +75,17 @@ impl Graph {
             reason,
             "rolled back to the last safe point; a client that was attached must re-attach and mount afresh"
         );
-        Ok(stats)
+        Ok(())
     }
 
-    fn put_rollback(&self, rec: &RollbackRecord) -> Result<()> {
+    fn put_rollback(&self, rec: &RollbackRecord, clear_mark: bool) -> Result<()> {
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let db = self.db();
         let mut b = Batch::default();
         db.put_json(&mut b, &keys::rollback(rec.volume, rec.at_ms, seq), rec)?;
-        db.delete_meta(&mut b, &keys::unsealed(rec.volume));
+        if clear_mark {
+            db.delete_meta(&mut b, &keys::unsealed(rec.volume));
+        }
         db.write(b, true)
     }
 
@@ -95,7 +128,7 @@ impl Graph {
                 volume = %vol.name,
                 "writes after the last safe point were lost with the process that held them; the volume is at its last safe point"
             );
-            self.put_rollback(&rec)?;
+            self.put_rollback(&rec, true)?;
         }
         Ok(())
     }

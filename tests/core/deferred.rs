@@ -1,7 +1,7 @@
 //! Deferred persistence (the core of `--consistency btrfs`) against a
 //! model of two disks: what the head reads (`live`) and its last sealed
 //! state (`sealed`). Random writes, small and range-tombstone zeroing,
-//! seals, discards, checkpoints (which must capture `sealed`, never
+//! seals, discards (whole, or of some blocks), checkpoints (which must capture `sealed`, never
 //! pending writes) and store reopenings (a process dying: `live` falls
 //! back to `sealed`, and the loss is recorded).
 
@@ -15,10 +15,22 @@ const SIZE: usize = 512 * BS;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { off: usize, len: usize, seed: u8 },
-    Zero { off: usize, len: usize },
+    Write {
+        off: usize,
+        len: usize,
+        seed: u8,
+    },
+    Zero {
+        off: usize,
+        len: usize,
+    },
     Seal,
     Discard,
+    /// Discards the pending writes of blocks `[first, end)` only.
+    DiscardBlocks {
+        first: usize,
+        end: usize,
+    },
     Checkpoint,
     Reopen,
 }
@@ -30,6 +42,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..SIZE, 1..SIZE).prop_map(|(off, len)| Op::Zero { off, len: len.min(SIZE - off) }),
         2 => Just(Op::Seal),
         1 => Just(Op::Discard),
+        1 => (0..SIZE / BS, 1..SIZE / BS)
+            .prop_map(|(first, n)| Op::DiscardBlocks { first, end: (first + n).min(SIZE / BS) }),
         1 => Just(Op::Checkpoint),
         1 => Just(Op::Reopen),
     ]
@@ -80,6 +94,8 @@ proptest! {
         let mut live = vec![0u8; SIZE];
         let mut sealed = live.clone();
         let mut pending = false;
+        // Blocks with pending writes (for partial discards).
+        let mut touched = vec![false; SIZE / BS];
         let mut rollbacks = 0;
         for (i, op) in ops.iter().enumerate() {
             match op {
@@ -87,17 +103,20 @@ proptest! {
                     let data = pattern(*len, *seed);
                     head.write_at(*off as u64, &data).unwrap();
                     live[*off..off + len].copy_from_slice(&data);
+                    touched[off / BS..=(off + len - 1) / BS].fill(true);
                     pending = true;
                 }
                 Op::Zero { off, len } => {
                     head.write_zeroes(*off as u64, *len as u64).unwrap();
                     live[*off..off + len].fill(0);
+                    touched[off / BS..=(off + len - 1) / BS].fill(true);
                     pending = true;
                 }
                 Op::Seal => {
                     head.seal(Some(i as u64)).unwrap();
                     sealed = live.clone();
                     pending = false;
+                    touched.fill(false);
                     prop_assert_eq!(head.sealed_generation(), Some(i as u64));
                 }
                 Op::Discard => {
@@ -106,6 +125,16 @@ proptest! {
                     rollbacks += usize::from(pending);
                     live = sealed.clone();
                     pending = false;
+                    touched.fill(false);
+                }
+                Op::DiscardBlocks { first, end } => {
+                    let st = store.graph().roll_back_blocks(&head, &[(*first as u64, *end as u64)], 0, "test").unwrap();
+                    let hit = touched[*first..*end].iter().any(|t| *t);
+                    prop_assert_eq!(st.since_ms.is_some(), hit, "op {}: what was discarded", i);
+                    rollbacks += usize::from(hit);
+                    live[first * BS..end * BS].copy_from_slice(&sealed[first * BS..end * BS]);
+                    touched[*first..*end].fill(false);
+                    pending = touched.iter().any(|t| *t);
                 }
                 Op::Checkpoint => {
                     let v = store.graph().snapshot("d", &Default::default()).unwrap();
@@ -120,6 +149,7 @@ proptest! {
                     rollbacks += usize::from(pending);
                     live = sealed.clone();
                     pending = false;
+                    touched.fill(false);
                 }
             }
             prop_assert!(read_all(&head) == live, "op {} ({:?}): head differs from the model", i, op);

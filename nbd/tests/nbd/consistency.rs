@@ -1,22 +1,24 @@
 //! `--consistency btrfs` through a real server and nbdsh: writes persist
 //! only at safe points (a valid btrfs primary superblock made durable by a
-//! FLUSH); a connection that ends without NBD_CMD_DISC rolls the disk back
-//! to the last one, leaves a record, and fails the other connections. The
+//! FLUSH); a connection that ends without NBD_CMD_DISC rolls its client's
+//! writes back to the last one, leaves a record, and fails the connections
+//! of clients that shared those writes (see also `consistency_clients.rs`,
+//! for clients that shared nothing). The
 //! superblocks are real: mkfs.btrfs writes one into an image, the test
 //! makes later generations of it with a correct crc32c.
 
 use crate::common::{Server, nbdsh, need, ok};
 use std::path::{Path, PathBuf};
 
-const MIB: u64 = 1 << 20;
-const SUPER: u64 = 65536;
+pub(crate) const MIB: u64 = 1 << 20;
+pub(crate) const SUPER: u64 = 65536;
 const X_AT: u64 = 200 * MIB;
 
 fn forkfs_bin() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_forkfs-nbd")).with_file_name("forkfs")
 }
 
-fn forkfs(srv: &Server, args: &[&str]) -> serde_json::Value {
+pub(crate) fn forkfs(srv: &Server, args: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(forkfs_bin())
         .arg("--store")
         .arg(&srv.store)
@@ -29,7 +31,7 @@ fn forkfs(srv: &Server, args: &[&str]) -> serde_json::Value {
 }
 
 /// The primary superblock of a fresh 256 MiB btrfs image.
-fn real_super(dir: &Path) -> (PathBuf, Vec<u8>) {
+pub(crate) fn real_super(dir: &Path) -> (PathBuf, Vec<u8>) {
     need("mkfs.btrfs");
     let img = dir.join("btrfs.img");
     std::fs::File::create(&img).unwrap().set_len(256 * MIB).unwrap();
@@ -39,7 +41,7 @@ fn real_super(dir: &Path) -> (PathBuf, Vec<u8>) {
 }
 
 /// `sb` with another generation, checksum recomputed (crc32c of 32..4096).
-fn with_generation(sb: &[u8], generation: u64) -> Vec<u8> {
+pub(crate) fn with_generation(sb: &[u8], generation: u64) -> Vec<u8> {
     let mut s = sb.to_vec();
     s[72..80].copy_from_slice(&generation.to_le_bytes());
     let c = crc32c::crc32c(&s[32..]);
@@ -63,15 +65,15 @@ fn with_data(srv: &Server, tag: &str, data: &[u8], body: &str) -> String {
 /// Python that drops the connection without NBD_CMD_DISC.
 const CUT: &str = "import os, sys\nsys.stdout.flush()\nos._exit(0)";
 
-fn read_at(srv: &Server, off: u64, len: u64) -> Vec<u8> {
+pub(crate) fn read_at(srv: &Server, off: u64, len: u64) -> Vec<u8> {
     let hexed = nbdsh(&srv.uri("vm"), &format!("print(h.pread({len}, {off}).hex())"));
     (0..len as usize).map(|i| u8::from_str_radix(&hexed[2 * i..2 * i + 2], 16).unwrap()).collect()
 }
 
 /// Waits until the server has noticed a cut connection and rolled back
-/// (`n` rollbacks in all): a connection opened before that is failed with
-/// the others, as the design says, so reads wait for it.
-fn wait_rollbacks(srv: &Server, n: usize) {
+/// (`n` rollbacks in all): a read before that would still see the cut
+/// client's pending writes, so reads wait for it.
+pub(crate) fn wait_rollbacks(srv: &Server, n: usize) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while rollbacks(srv).len() < n {
         assert!(std::time::Instant::now() < deadline, "no rollback recorded: {}", srv.log());
@@ -80,7 +82,7 @@ fn wait_rollbacks(srv: &Server, n: usize) {
 }
 
 /// Rollback events of `forkfs log`, newest first.
-fn rollbacks(srv: &Server) -> Vec<serde_json::Value> {
+pub(crate) fn rollbacks(srv: &Server) -> Vec<serde_json::Value> {
     let log = forkfs(srv, &["log", "vm"]);
     log.as_array().unwrap().iter().filter(|e| e["event"] == "rollback").cloned().collect()
 }
@@ -156,21 +158,28 @@ fn btrfs_mode_persists_only_at_safe_points_and_rolls_back_lost_connections() {
 }
 
 #[test]
-fn a_lost_connection_fails_the_others_and_a_server_crash_is_recorded() {
+fn a_lost_connection_fails_the_clients_that_read_its_writes_and_a_server_crash_is_recorded() {
     let mut srv = Server::start(&[("vm", 64 * MIB)]);
     srv.stop();
     srv.spawn(&["--consistency", "btrfs"]);
     // No btrfs here: flush semantics (FLUSH persists), still rolled back
     // to the last FLUSH when a connection is lost.
     nbdsh(&srv.uri("vm"), "h.pwrite(b'A' * 65536, 0)\nh.flush()");
-    // Connection 1 stays attached while connection 2 writes and is cut.
+    // Client 1 (this nbdsh) stays attached while client 2 (another
+    // process) writes, client 1 reads that write, and client 2 is cut:
+    // client 1's cache holds discarded data, so it falls with client 2.
     let uri = srv.uri("vm");
     let script = format!(
         r#"
 import nbd, subprocess, sys
 h.pwrite(b'B' * 65536, 65536)
-other = "h.pwrite(b'C' * 65536, 131072)\nimport os\nos._exit(0)"
-subprocess.run(["nbdsh", "-u", {uri:?}, "-c", other], check=True)
+other = "import sys, os\nh.pwrite(b'C' * 65536, 131072)\nprint('W', flush=True)\nsys.stdin.readline()\nos._exit(0)"
+p = subprocess.Popen(["nbdsh", "-u", {uri:?}, "-c", other], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+assert p.stdout.readline().strip() == b'W'
+assert h.pread(4, 131072) == b'CCCC'
+p.stdin.write(b'go\n')
+p.stdin.close()
+p.wait()
 import time
 for _ in range(100):
     try:
@@ -184,9 +193,13 @@ else:
 "#
     );
     let out = nbdsh(&uri, &script);
-    assert!(out.contains("FAILED"), "a connection outlived the rollback of its disk: {out}");
+    assert!(out.contains("FAILED"), "a client that read discarded writes was not failed: {out}");
     assert_eq!(read_at(&srv, 0, 4), b"AAAA");
-    assert_eq!(read_at(&srv, 65536, 4), vec![0; 4], "unflushed write of connection 1 survived");
+    assert_eq!(
+        read_at(&srv, 65536, 4),
+        vec![0; 4],
+        "unflushed write of the fallen client 1 survived"
+    );
     assert_eq!(
         read_at(&srv, 131072, 4),
         vec![0; 4],

@@ -10,5 +10,6 @@ mod btrfs;
 mod chaos;
 mod clients;
 mod consistency;
+mod consistency_clients;
 mod errors;
 mod maintenance;

@@ -5,9 +5,11 @@
 //! over a network must persist only states its filesystem can mount, so
 //! writes go to a volatile *pending layer* and reach the overlay only when
 //! the server has seen a filesystem commit (a safe point) and calls
-//! [`Head::seal`]. A connection lost mid-transaction calls
-//! [`Head::discard_pending`]; a process that dies loses the layer with its
-//! memory. Either way the head is exactly the last sealed state.
+//! [`Head::seal`]. A client lost mid-transaction has its writes dropped:
+//! all of them ([`Head::discard_pending`]: the head is exactly the last
+//! sealed state) or, when the server can tell one client's blocks from the
+//! others', only those blocks ([`BlockHead::discard_pending_blocks`]); a
+//! process that dies loses the layer with its memory.
 //!
 //! The pending layer holds, per block, the same [`Dirty`] entries the
 //! overlay would (block data is appended to the data log as usual; only the
@@ -338,6 +340,57 @@ impl BlockHead {
         }
         d.pending = Pending::default();
         Ok(stats)
+    }
+}
+
+impl BlockHead {
+    /// Drops the pending entries of the blocks in `ranges` (block indexes,
+    /// `[first, end)`) and keeps the rest of the layer: a partial
+    /// [`BlockHead::discard_pending`] for a caller that knows which blocks
+    /// one group of writers touched since the seal (the NBD server: one
+    /// client's) and that no writer it keeps touched them too (then the
+    /// blocks' current entries are the group's own). Pending zeroed ranges
+    /// are cut at the edges of `ranges`.
+    ///
+    /// The layer counts written bytes but does not attribute them to
+    /// blocks, so the caller says how many of them the dropped writes were
+    /// (`bytes`, subtracted from [`BlockHead::pending_bytes`] and reported
+    /// back). The returned `blocks` counts the block entries dropped and
+    /// `since_ms` is the layer's oldest write, or `None` if nothing in the
+    /// layer was in `ranges`. When the layer ends up empty its `unsealed/`
+    /// mark goes, as after a full discard.
+    pub fn discard_pending_blocks(&self, ranges: &[(u64, u64)], bytes: u64) -> Result<LayerStats> {
+        let mut guard = self.state().deferred.lock();
+        let Some(d) = guard.as_mut() else { return Ok(LayerStats::default()) };
+        let p = &mut d.pending;
+        let mut blocks = 0u64;
+        let mut touched = false;
+        for &(first, end) in ranges.iter().filter(|(a, e)| a < e) {
+            let inside: Vec<u64> = p.blocks.range(first..end).map(|(k, _)| *k).collect();
+            blocks += inside.len() as u64;
+            touched |= !inside.is_empty();
+            for k in inside {
+                p.blocks.remove(&k);
+            }
+            touched |= p.zeroed.range(..end).any(|(_, e)| *e > first);
+            zeroed::subtract_from(&mut p.zeroed, first, end);
+            let mut kept = Vec::with_capacity(p.ranges.len());
+            for &(a, e) in &p.ranges {
+                let mut piece = BTreeMap::from([(a, e)]);
+                zeroed::subtract_from(&mut piece, first, end);
+                kept.extend(piece);
+            }
+            p.ranges = kept;
+        }
+        let since_ms = if touched { p.since_ms } else { None };
+        p.bytes = p.bytes.saturating_sub(bytes);
+        if p.is_empty() && p.since_ms.is_some() {
+            let mut b = WriteBatch::default();
+            self.head().db().delete_meta(&mut b, &keys::unsealed(self.record().id));
+            self.head().db().write(b, false)?;
+            *p = Pending::default();
+        }
+        Ok(LayerStats { blocks, bytes: if touched { bytes } else { 0 }, since_ms })
     }
 }
 

@@ -53,6 +53,25 @@ pub(super) fn merge_into(z: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
     z.insert(lo, hi);
 }
 
+/// Removes `[a, b)` from a union of disjoint ranges, cutting the ranges
+/// it overlaps at its edges.
+pub(super) fn subtract_from(z: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
+    if b <= a {
+        return;
+    }
+    let hit: Vec<(u64, u64)> =
+        z.range(..b).filter(|(_, e)| **e > a).map(|(s, e)| (*s, *e)).collect();
+    for (s, e) in hit {
+        z.remove(&s);
+        if s < a {
+            z.insert(s, a);
+        }
+        if b < e {
+            z.insert(b, e);
+        }
+    }
+}
+
 impl State {
     /// Whether block `idx` lies in a range zeroed since the last checkpoint.
     pub(crate) fn in_zeroed(&self, idx: u64) -> bool {

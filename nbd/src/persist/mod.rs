@@ -7,15 +7,23 @@
 //!   [`Detector`] watches the write stream. A FLUSH or FUA write that
 //!   completes a safe point seals the head (durable on local disk when the
 //!   reply goes out); other FLUSHes are acknowledged at once. A disk with no
-//!   btrfs superblock gets flush semantics (FLUSH seals), logged once. A
-//!   connection that ends without NBD_CMD_DISC (or a server stop) rolls the
-//!   head back to its last safe point, records it, and fails the export's
-//!   other connections (their clients' caches assume the discarded writes).
-//!   The last client's clean NBD_CMD_DISC persists what it wrote.
+//!   btrfs superblock gets flush semantics (FLUSH seals), logged once.
+//!   [`clients`] notes which client (the connections of one peer process,
+//!   or of one TCP host) wrote and read which blocks since the last seal. A
+//!   connection that ends without NBD_CMD_DISC discards the writes its
+//!   client made since then, and those of every client entangled with them
+//!   (that wrote the same blocks, or read them), records the rollback, and
+//!   fails those clients' connections (their caches assume the discarded
+//!   writes); other clients keep their writes and their connections. A
+//!   server stop rolls the whole head back and fails everyone. The last
+//!   client's clean NBD_CMD_DISC persists what it wrote.
 //! - `naive-timer` (tests only): the negative control of the chaos test;
 //!   FLUSH persists nothing and a timer persists pending blocks one by one.
 
+pub mod clients;
+
 use crate::safepoint::{Detector, SafePoint};
+use clients::{Client, Clients, Peer};
 use forkfs::{BlockHead, Consistency, Store, WeakBlockHead};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::sync::Arc;
@@ -86,10 +94,13 @@ pub struct Persistence {
     /// Seals run one at a time, in the order their safe points were seen.
     seal_lock: Mutex<()>,
     not_btrfs_logged: AtomicBool,
-    /// Bumped by every rollback; connections attached before it fail.
-    epoch: AtomicU64,
+    /// The clients attached and what they touched since the last seal.
+    clients: Mutex<Clients>,
+    /// A seal failed after `clients` forgot the writes it was to seal:
+    /// until a seal succeeds, a lost client rolls everyone back.
+    untracked: AtomicBool,
     /// Held shared by every request while it runs, exclusively by a
-    /// rollback: requests of the connections a rollback cuts off are either
+    /// rollback: requests of the clients a rollback fails are either
     /// finished before it (their writes are discarded with the rest) or
     /// refused after it; none can write, or seal, half way through.
     ops: RwLock<()>,
@@ -116,7 +127,8 @@ impl Persistence {
             detector: Mutex::new(detector),
             seal_lock: Mutex::new(()),
             not_btrfs_logged: AtomicBool::new(false),
-            epoch: AtomicU64::new(0),
+            clients: Mutex::new(Clients::default()),
+            untracked: AtomicBool::new(false),
             ops: RwLock::new(()),
             arrivals: Mutex::new((0, std::collections::BTreeSet::new())),
             landed: Condvar::new(),
@@ -148,10 +160,10 @@ impl Persistence {
         self.head.is_deferred()
     }
 
-    /// A connection attaches; returns the epoch its requests must match.
-    pub fn attach(&self) -> u64 {
+    /// A connection from `peer` attaches: the client it belongs to.
+    pub fn attach(&self, peer: Peer) -> Client {
         self.connections.fetch_add(1, Ordering::SeqCst);
-        self.epoch.load(Ordering::SeqCst)
+        self.clients.lock().attach(peer)
     }
 
     /// A request has been received (for a write, with its payload): its
@@ -186,18 +198,39 @@ impl Persistence {
         Ok(())
     }
 
-    /// Admits one request of a connection attached at `epoch`: the guard
-    /// keeps rollbacks out until the request is done. Fails the requests of
-    /// a connection attached before a rollback.
-    pub fn begin(&self, epoch: u64) -> forkfs::Result<RwLockReadGuard<'_, ()>> {
+    /// Admits one request of `client`: the guard keeps rollbacks out until
+    /// the request is done. Fails the requests of a client that fell in a
+    /// rollback.
+    pub fn begin(&self, client: &Client) -> forkfs::Result<RwLockReadGuard<'_, ()>> {
         let guard = self.ops.read();
-        if self.epoch.load(Ordering::SeqCst) == epoch {
+        if !client.failed() {
             return Ok(guard);
         }
         Err(forkfs::Error::new(
             forkfs::ErrorKind::Unavailable,
-            "the disk was rolled back to its last safe point after another connection was lost; re-attach and mount afresh",
+            "the disk was rolled back to its last safe point after a connection of this client (or of one whose writes it shares) was lost; re-attach and mount afresh",
         ))
+    }
+
+    /// Notes that an admitted request of `client` (inside [`Self::begin`]'s
+    /// guard, before it touches the head) reads or writes `offset..+len`;
+    /// the note lasts until the returned value is dropped (see
+    /// [`clients`]). Nothing is noted unless persistence is deferred.
+    pub fn touch(
+        self: &Arc<Self>,
+        client: &Client,
+        write: bool,
+        offset: u64,
+        len: u64,
+    ) -> Option<Touch> {
+        if !self.deferred() || len == 0 {
+            return None;
+        }
+        let bs = self.head.record().block_size as u64;
+        let (first, end) = (offset / bs, offset.saturating_add(len).div_ceil(bs));
+        let bytes = if write { len } else { 0 };
+        let key = self.clients.lock().begin(client.id, write, first, end, bytes);
+        Some(Touch { p: self.clone(), key })
     }
 
     /// After an acknowledged write or zeroing that touched `offset..+len`.
@@ -265,7 +298,16 @@ impl Persistence {
     fn seal(&self, sp: Option<SafePoint>) -> forkfs::Result<()> {
         let _one = self.seal_lock.lock();
         let at = Instant::now();
-        let st = self.head.seal(sp.map(|s| s.generation))?;
+        // Before the seal moves anything: a write that finished is sealed.
+        self.clients.lock().sealing();
+        let st = match self.head.seal(sp.map(|s| s.generation)) {
+            Ok(st) => st,
+            Err(e) => {
+                self.untracked.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        self.untracked.store(false, Ordering::SeqCst);
         self.stats.safe_points.fetch_add(1, Ordering::Relaxed);
         self.stats.sealed_bytes.fetch_add(st.bytes, Ordering::Relaxed);
         self.uncommitted_since.lock().get_or_insert(at);
@@ -294,33 +336,90 @@ impl Persistence {
         }
     }
 
-    /// A connection ended.
-    pub fn detach(&self, end: End) -> forkfs::Result<()> {
+    /// A connection of `client` ended.
+    pub fn detach(&self, client: &Client, end: End) -> forkfs::Result<()> {
         let others = self.connections.fetch_sub(1, Ordering::SeqCst) - 1;
+        self.clients.lock().detach(client);
         if !self.deferred() {
             return if end == End::Clean { self.head.flush() } else { Ok(()) };
         }
-        let reason = match end {
+        match end {
             // The last client left on purpose: what it wrote stands (a
             // client that unmounted ended on a safe point anyway). Others
             // still attached keep writing.
             End::Clean => {
-                return if others > 0 || self.naive { Ok(()) } else { self.seal(None) };
+                if others > 0 || self.naive {
+                    Ok(())
+                } else {
+                    self.seal(None)
+                }
             }
-            End::Lost => "a connection ended without NBD_CMD_DISC",
-            End::Stopped => "the server stopped while a client was attached",
-        };
+            End::Lost if self.untracked.load(Ordering::SeqCst) => self.roll_back_all(
+                "a connection ended without NBD_CMD_DISC after a failed seal (which client wrote what is not known)",
+            ),
+            End::Lost => self.roll_back_client(client),
+            End::Stopped => self.roll_back_all("the server stopped while a client was attached"),
+        }
+    }
+
+    /// Discards every write since the last safe point; every client falls.
+    fn roll_back_all(&self, reason: &str) -> forkfs::Result<()> {
+        let _all = self.ops.write();
+        self.clients.lock().fall_all();
+        let st = self.store.graph().roll_back(&self.head, reason)?;
+        self.rolled_back(st, true);
+        Ok(())
+    }
+
+    /// `client` lost a connection: it and the clients entangled with it
+    /// fall (see [`clients`]); their writes since the last safe point are
+    /// discarded, the others' kept.
+    fn roll_back_client(&self, client: &Client) -> forkfs::Result<()> {
         // Every request of every connection in flight finishes first.
         let _all = self.ops.write();
-        let st = self.store.graph().roll_back(&self.head, reason)?;
-        // The detector follows the disk back to its last safe point.
-        *self.detector.lock() = Detector::new(read_super(&self.head).as_deref());
+        let fall = self.clients.lock().fall(client);
+        if fall.blocks.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = fall.clients.iter().map(|p| p.to_string()).collect();
+        let reason = format!(
+            "a connection of client {} ended without NBD_CMD_DISC; discarded the writes of {}",
+            client.peer,
+            names.join(", ")
+        );
+        let st = if fall.others_wrote {
+            let st = self.store.graph().roll_back_blocks(
+                &self.head,
+                &fall.blocks,
+                fall.bytes,
+                &reason,
+            )?;
+            tracing::info!(volume = %self.head.record().name, fell = ?names, "other clients keep their writes since the last safe point");
+            st
+        } else {
+            // Nobody else wrote since the seal: the whole layer goes, as
+            // exact as a discard can be.
+            self.store.graph().roll_back(&self.head, &reason)?
+        };
+        let (at, len) = crate::safepoint::SUPER_RANGE;
+        let bs = self.head.record().block_size as u64;
+        let touches_super =
+            fall.blocks.iter().any(|&(a, e)| a * bs < at + len && at < e.saturating_mul(bs));
+        self.rolled_back(st, !fall.others_wrote || touches_super);
+        Ok(())
+    }
+
+    /// Accounts for a rollback; with `reread`, the detector follows the
+    /// disk back to its last safe point (it keeps its state when the
+    /// superblock's blocks were not rolled back).
+    fn rolled_back(&self, st: forkfs::LayerStats, reread: bool) {
+        if reread {
+            *self.detector.lock() = Detector::new(read_super(&self.head).as_deref());
+        }
         if st.since_ms.is_some() {
-            self.epoch.fetch_add(1, Ordering::SeqCst);
             self.stats.rollbacks.fetch_add(1, Ordering::Relaxed);
             self.stats.discarded_bytes.fetch_add(st.bytes, Ordering::Relaxed);
         }
-        Ok(())
     }
 
     /// Logs the safe-point metrics (every checkpoint interval and at exit).
@@ -381,6 +480,18 @@ fn spawn_naive_timer(head: WeakBlockHead, stop: Arc<AtomicBool>) {
             }
         }
     });
+}
+
+/// An admitted request's note in [`Clients`] (see [`Persistence::touch`]).
+pub struct Touch {
+    p: Arc<Persistence>,
+    key: u64,
+}
+
+impl Drop for Touch {
+    fn drop(&mut self) {
+        self.p.clients.lock().done(self.key);
+    }
 }
 
 /// A received request's place in the arrival order (see

@@ -47,6 +47,7 @@ pub use graph::{
     BlockRange, DEFAULT_FS_SIZE, Diff, Graph, PathChange, PathDiff, RestoreHook, Restored,
     SnapshotOptions, Target, Volumes,
 };
+pub use head::block::merge_range;
 /// How many unflushed rewrites of one block a power loss can take and still
 /// leave it readable as its last durable content (see `head/prior.rs`).
 pub use head::prior::MAX_CHAIN as MAX_PRIOR_CHAIN;

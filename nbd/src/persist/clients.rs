@@ -216,7 +216,7 @@ impl Clients {
         let me = self.entries.get_mut(&io.client).expect("checked above");
         if io.write {
             me.dependents.extend(others);
-            merge(&mut me.written, io.first, io.end);
+            forkfs::merge_range(&mut me.written, io.first, io.end);
             me.bytes += io.bytes;
         }
     }
@@ -258,7 +258,7 @@ impl Clients {
         for id in &order {
             if let Some(e) = self.entries.get(id) {
                 for (a, b) in &e.written {
-                    merge(&mut blocks, *a, *b);
+                    forkfs::merge_range(&mut blocks, *a, *b);
                 }
                 fall.bytes += e.bytes;
             }
@@ -299,19 +299,6 @@ impl Clients {
         self.by_peer.clear();
         self.entries.retain(|_, e| e.connections > 0);
     }
-}
-
-/// Adds `[a, b)` to a union of disjoint ranges, joining touching ones.
-fn merge(z: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
-    let (mut lo, mut hi) = (a, b);
-    let touching: Vec<(u64, u64)> =
-        z.range(..=b).filter(|(_, e)| **e >= a).map(|(s, e)| (*s, *e)).collect();
-    for (s, e) in touching {
-        lo = lo.min(s);
-        hi = hi.max(e);
-        z.remove(&s);
-    }
-    z.insert(lo, hi);
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 mod deferred;
 mod zeroed;
 
+pub use zeroed::merge_into as merge_range;
+
 pub use deferred::LayerStats;
 pub(crate) use deferred::PendingLookup;
 pub(crate) use zeroed::{base_keys, range_of};

@@ -40,8 +40,9 @@ fn load(head: &Head) -> Result<(BTreeMap<u64, u64>, u64)> {
     Ok((union, next))
 }
 
-/// Adds `[a, b)` to a union of disjoint ranges.
-pub(super) fn merge_into(z: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
+/// Adds `[a, b)` to a union of disjoint ranges (start -> end), joining
+/// the ranges it touches.
+pub fn merge_into(z: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
     let (mut lo, mut hi) = (a, b);
     let touching: Vec<(u64, u64)> =
         z.range(..=b).filter(|(_, e)| **e >= a).map(|(s, e)| (*s, *e)).collect();

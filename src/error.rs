@@ -226,11 +226,26 @@ impl From<rocksdb::Error> for Error {
         let kind = match e.kind() {
             rocksdb::ErrorKind::Corruption => ErrorKind::Corrupt,
             rocksdb::ErrorKind::InvalidArgument => ErrorKind::InvalidInput,
+            rocksdb::ErrorKind::IOError if db_out_of_space(&e) => ErrorKind::NoSpace,
             _ => ErrorKind::Unavailable,
         };
         let detail = Detail::Db(e.kind());
         Error::with_source(kind, format!("index database: {e}"), e).with_detail(detail)
     }
+}
+
+/// Whether a RocksDB I/O error is a full disk or quota. RocksDB's C API
+/// gives a status as text only, so this is the one place that reads it:
+/// for the system's own description of ENOSPC or EDQUOT (strerror), which
+/// RocksDB's POSIX layer puts in every failed file operation's message.
+fn db_out_of_space(e: &rocksdb::Error) -> bool {
+    let text = e.to_string();
+    [libc::ENOSPC, libc::EDQUOT].iter().any(|&errno| {
+        let io = std::io::Error::from_raw_os_error(errno).to_string();
+        // "No space left on device (os error 28)": the strerror part.
+        let strerror = io.split(" (os error").next().unwrap_or(&io);
+        text.contains(strerror)
+    })
 }
 
 impl From<object_store::Error> for Error {

@@ -311,18 +311,26 @@ fn export_image(source: &Opened<BlockHead>, dest: &Path, force: bool) -> anyhow:
         };
         anyhow::Error::new(e).context(format!("cannot create {}{hint}", dest.display()))
     })?;
-    f.set_len(size)?;
-    let bar = progress(blocks.len() as u64 * bs, "export");
-    let mut buf = vec![0u8; bs as usize];
-    for (i, b) in blocks.iter().enumerate() {
-        let off = b * bs;
-        source.read_at(off, &mut buf)?;
-        f.write_all_at(&buf, off)?;
-        bar.set_position((i as u64 + 1) * bs);
+    let written = (|| -> anyhow::Result<()> {
+        f.set_len(size)?;
+        let bar = progress(blocks.len() as u64 * bs, "export");
+        let mut buf = vec![0u8; bs as usize];
+        for (i, b) in blocks.iter().enumerate() {
+            let off = b * bs;
+            source.read_at(off, &mut buf)?;
+            f.write_all_at(&buf, off)?;
+            bar.set_position((i as u64 + 1) * bs);
+        }
+        f.sync_all()?;
+        bar.finish_and_clear();
+        Ok(())
+    })();
+    if written.is_err() {
+        // No partial image is left where a whole one was asked for.
+        drop(f);
+        let _ = std::fs::remove_file(dest);
     }
-    f.sync_all()?;
-    bar.finish_and_clear();
-    Ok(size)
+    written.map(|()| size)
 }
 
 fn export_dir(r: &FsReader<'_>, dir: &Inode, dest: &Path, copied: &mut u64) -> anyhow::Result<()> {

@@ -124,6 +124,16 @@ impl Db {
         Ok(self.db.flush_wal(true)?)
     }
 
+    /// Writes every memtable to SST files (synced by RocksDB), so that
+    /// nothing the store holds is only in the WAL.
+    pub fn flush_memtables(&self) -> Result<()> {
+        let cfs: Vec<&ColumnFamily> =
+            [CF_CHUNKS, CF_PACKS, CF_META, CF_OVERLAY].iter().map(|n| self.cf(n)).collect();
+        let mut fo = rocksdb::FlushOptions::default();
+        fo.set_wait(true);
+        Ok(self.db.flush_cfs_opt(&cfs, &fo)?)
+    }
+
     pub fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get_cf(self.cf(CF_META), key.as_bytes())?)
     }
@@ -172,5 +182,18 @@ impl Db {
 
     pub fn delete_meta(&self, b: &mut WriteBatch, key: &str) {
         b.delete_cf(self.cf(CF_META), key.as_bytes());
+    }
+}
+
+impl Drop for Db {
+    /// A clean close leaves nothing only the WAL holds: a WAL lost after
+    /// it (deleted, or on a disk that lost it) loses no write. A crash
+    /// still leaves the last writes in the WAL alone (docs/RELIABILITY.md).
+    fn drop(&mut self) {
+        if let Err(e) = self.flush_memtables() {
+            // Nothing is lost (the WAL keeps them): not worth a second line
+            // under the error that usually caused it (a full disk).
+            tracing::debug!(error = %e, "closing the index: memtables not flushed (the WAL keeps them)");
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{Graph, Restored, SnapshotOptions};
 use crate::db::Batch;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::head::fs::inode::META_KEY;
 use crate::head::overlay::{Dirty, Space};
 use crate::id::VolumeName;
@@ -24,7 +24,13 @@ impl Graph {
             head,
         )?;
         // A fork of a btrfs-mode disk is served the same way.
-        if let Ok(src) = self.volumes.get(from.volume_name.as_str())
+        // (The source volume may be gone; a failure to read it is an error.)
+        let src = match self.volumes.get(from.volume_name.as_str()) {
+            Ok(v) => Some(v),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(src) = src
             && src.consistency != rec.consistency
         {
             rec = self.volumes.update(rec.name.as_str(), |r| {

@@ -210,12 +210,6 @@ impl Volumes {
         Ok(head)
     }
 
-    /// The head of `name` if this process has it open.
-    pub(crate) fn opened(&self, name: &str) -> Option<Arc<Head>> {
-        let rec = self.storage.records.volume_named(name).ok()??;
-        self.opened_id(rec.id)
-    }
-
     pub(crate) fn opened_id(&self, id: VolumeId) -> Option<Arc<Head>> {
         self.heads.lock().get(&id).and_then(Weak::upgrade)
     }
@@ -323,7 +317,7 @@ impl Volumes {
             rec.consistency = mode;
             Ok(())
         })?;
-        if let Some(head) = self.opened(volume).and_then(|h| h.as_block()) {
+        if let Some(head) = self.opened_id(rec.id).and_then(|h| h.as_block()) {
             head.set_deferred(mode == Consistency::Btrfs)?;
         }
         tracing::info!(volume, %mode, "consistency mode set");

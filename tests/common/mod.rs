@@ -86,3 +86,41 @@ pub fn random(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A tmpfs of `size` (e.g. "48m") mounted at `dir` (created), unmounted
+/// when dropped: a small disk to fill. The tests run as root.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("running mount(8)");
+        assert!(mounted.success(), "mounting a tmpfs at {} (needs root)", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Fills the filesystem with one file, `fill`, until only about
+    /// `leave` bytes are free.
+    pub fn fill(&self, leave: u64) -> PathBuf {
+        use std::io::Write;
+        let path = self.0.join("fill");
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        let block = vec![0x5au8; 64 << 10];
+        while f.write_all(&block).is_ok() {}
+        // The last partial block may still fit in smaller writes.
+        while f.write_all(&block[..512]).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(leave)).unwrap();
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

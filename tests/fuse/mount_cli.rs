@@ -75,20 +75,7 @@ fn sigterm_unmounts_after_a_final_checkpoint() {
 fn umount_fails_with_no_space_when_the_last_checkpoint_cannot_be_saved() {
     let d = tempfile::tempdir().unwrap();
     let small = d.path().join("small");
-    std::fs::create_dir(&small).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=48m", "tmpfs"])
-        .arg(&small)
-        .status()
-        .expect("running mount(8)");
-    assert!(mounted.success(), "mounting a tmpfs (the tests run as root)");
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-    let _tmpfs = Unmount(&small);
+    let _tmpfs = crate::common::Tmpfs::mount(&small, "48m");
     let store = small.join("store");
     ok(&store, &["init"]);
     ok(&store, &["volume", "create", "ws"]);

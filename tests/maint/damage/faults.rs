@@ -10,7 +10,7 @@
 
 use super::Want::Img;
 use super::{BLOCKS, BS, Fixture, TARGETS};
-use crate::common::command;
+use crate::common::{Tmpfs, command};
 use std::os::unix::process::CommandExt;
 
 /// Runs forkfs with at most `n` open files; (success, exit code, stderr).
@@ -37,28 +37,33 @@ fn emfile_fails_reads_in_one_line_and_changes_nothing() {
     let f = Fixture::new();
     let out = f.file("out.img");
     let mut refused = 0;
+    // Every outcome so far, in each failure's message (a CI log shows the
+    // whole run, not only the last line).
+    let mut log = String::new();
     for n in [12, 16, 20, 24, 32, 48, 64, 128, 1024] {
         for (i, target) in TARGETS.iter().enumerate() {
             let _ = std::fs::remove_file(&out);
             let (okay, code, err) = limited(&f, n, &["export", target, out.to_str().unwrap()]);
+            log += &format!("nofile {n}: export {target}: success {okay}, exit {code}: {err}\n");
             if okay {
                 let got = std::fs::read(&out).unwrap();
-                assert!(got == f.imgs[i], "nofile {n}: {target} read other content");
+                assert!(got == f.imgs[i], "nofile {n}: {target} read other content\n{log}");
                 continue;
             }
             refused += 1;
-            println!("nofile {n}: export {target}: exit {code}: {err}");
-            assert!(!err.contains("panicked"), "nofile {n}: {target}: {err}");
-            assert!(err.starts_with("forkfs: ") && err.lines().count() == 1, "{err:?}");
-            assert!(err.contains("Too many open files"), "nofile {n}: not EMFILE: {err}");
-            assert!(!err.contains("--force"), "nofile {n}: a hint for another error: {err}");
+            assert!(!err.contains("panicked"), "{log}");
+            assert!(err.starts_with("forkfs: ") && err.lines().count() == 1, "{log}");
+            assert!(err.contains("Too many open files"), "not EMFILE:\n{log}");
+            assert!(!err.contains("--force"), "a hint for another error:\n{log}");
+            assert!(!out.exists(), "a failed export left a partial image:\n{log}");
         }
     }
+    print!("{log}");
     assert!(refused > 0, "no limit was low enough to fail a read");
     // Nothing changed: every read is exact and fsck passes.
     f.reads(&[Img(0), Img(1), Img(2)], "after the EMFILE runs");
     let (code, found, _) = f.fsck(&[]);
-    assert_eq!(code, 0, "{found:?}");
+    assert_eq!(code, 0, "{found:?}\n{log}");
 }
 
 #[test]
@@ -67,17 +72,19 @@ fn emfile_while_writing_loses_no_acknowledged_write() {
     let img = f.file("img-emfile");
     std::fs::write(&img, &f.imgs[0]).unwrap();
     let mut refused = 0;
+    let mut log = String::new();
     for n in [12, 16, 20, 24, 32, 48, 64] {
         // A snapshot that fails leaves the head as it was: image 2 (the
         // unsaved writes) or, if this import got through, image 0.
         let (okay, code, err) = limited(&f, n, &["import", "disk", img.to_str().unwrap()]);
-        println!("nofile {n}: import: success {okay}, exit {code}: {err}");
+        log += &format!("nofile {n}: import: success {okay}, exit {code}: {err}\n");
         if !okay {
             refused += 1;
-            assert!(err.starts_with("forkfs: ") && err.lines().count() == 1, "{err:?}");
-            assert!(!err.contains("panicked"), "{err}");
+            assert!(err.starts_with("forkfs: ") && err.lines().count() == 1, "{log}");
+            assert!(!err.contains("panicked"), "{log}");
         }
     }
+    print!("{log}");
     assert!(refused > 0, "no limit was low enough to fail an import");
     // The versions are intact; the head holds some state a process wrote
     // whole (an import's blocks are all of image 0 or all as before, per
@@ -87,10 +94,84 @@ fn emfile_while_writing_loses_no_acknowledged_write() {
         let r = b * BS..(b + 1) * BS;
         assert!(
             head[r.clone()] == f.imgs[0][r.clone()] || head[r.clone()] == f.imgs[2][r],
-            "block {b} of the head is neither the import's nor the earlier write's"
+            "block {b} of the head is neither the import's nor the earlier write's\n{log}"
         );
     }
     f.reads(&[Img(0), Img(1)], "after the EMFILE imports");
     let (code, found, _) = f.fsck(&[]);
-    assert_eq!(code, 0, "{found:?}");
+    assert_eq!(code, 0, "{found:?}\n{log}");
+}
+
+/// A full disk under the store: every command that writes fails in one
+/// line with the no-space code (73, as `umount` does on a full disk:
+/// tests/fuse/mount_cli.rs), none exits 0 with its work unsaved; once
+/// space is freed, every read is exact and fsck passes.
+#[test]
+fn a_full_disk_fails_each_writing_command_with_73_and_loses_nothing() {
+    // Dropped in reverse: the fixture, the tmpfs, then the directory.
+    let outer = tempfile::tempdir().unwrap();
+    let small = outer.path().join("small");
+    let tmpfs = Tmpfs::mount(&small, "24m");
+    let f = Fixture::at(tempfile::tempdir().unwrap(), Some(small.join("store")));
+    let img = outer.path().join("img-full");
+    std::fs::write(&img, &f.imgs[0]).unwrap();
+    let fill = tmpfs.fill(0);
+    let img = img.to_str().unwrap();
+    let mut log = String::new();
+    for args in [
+        &["snapshot", "disk"][..],
+        &["import", "disk", img],
+        &["import", "disk", img, "--no-snapshot"],
+        &["volume", "create", "other", "--size", "1MiB"],
+        &["tag", "disk@second", "again"],
+        &["fork", "disk@first", "copy"],
+        &["restore", "disk", "disk@first"],
+    ] {
+        let (okay, code, err) = limited(&f, 1024, args);
+        log += &format!("{args:?}: success {okay}, exit {code}: {err}\n");
+        assert!(!okay, "{args:?} succeeded on a full disk:\n{log}");
+        assert!(err.starts_with("forkfs: ") && err.lines().count() == 1, "{log}");
+        assert_eq!(code, 73, "{args:?}: not the no-space code:\n{log}");
+    }
+    // A read on the full disk is exact or fails the same way (opening the
+    // index writes a new MANIFEST).
+    for (i, target) in TARGETS.iter().enumerate() {
+        match f.export(target) {
+            Ok(got) => assert!(got == f.imgs[i], "{target} read other content on a full disk"),
+            Err((code, err)) => {
+                log += &format!("export {target}: exit {code}: {err}\n");
+                assert_eq!(code, 73, "export {target}:\n{log}");
+            }
+        }
+    }
+    // With a little room the store opens and the write fails further
+    // in (or fits): a failure is 73 in one line and the head holds, per
+    // block, the import's data or what it had.
+    let mut refused = 0;
+    for leave in [64u64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20] {
+        std::fs::remove_file(&fill).unwrap();
+        tmpfs.fill(leave);
+        let args = ["import", "disk", img, "--no-snapshot"];
+        let (okay, code, err) = limited(&f, 1024, &args);
+        log += &format!("{leave} bytes free: import: success {okay}, exit {code}: {err}\n");
+        if !okay {
+            refused += 1;
+            assert!(err.starts_with("forkfs: ") && err.lines().count() == 1, "{log}");
+            assert_eq!(code, 73, "not the no-space code:\n{log}");
+        }
+    }
+    print!("{log}");
+    assert!(refused > 0, "no room was small enough to fail the import:\n{log}");
+    std::fs::remove_file(fill).unwrap();
+    let head = f.export("disk").expect("the head reads");
+    for b in 0..BLOCKS {
+        let r = b * BS..(b + 1) * BS;
+        assert!(
+            head[r.clone()] == f.imgs[0][r.clone()] || head[r.clone()] == f.imgs[2][r],
+            "block {b} of the head is neither the import's nor the earlier write's\n{log}"
+        );
+    }
+    f.reads(&[Img(0), Img(1)], "after the full disk");
+    let (code, found, _) = f.fsck(&[]);
+    assert_eq!(code, 0, "{found:?}\n{log}");
 }

@@ -8,7 +8,7 @@
 //! (file blocks, directory entries) are roots of their own.
 
 use crate::db::{CF_META, CF_OVERLAY, Db};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::head::fs::inode::{Content, Inode, META_KEY, decode_entries};
 use crate::head::overlay::{self, Dirty, Space};
 use crate::id::ChunkId;
@@ -240,6 +240,9 @@ pub struct Walk<'a> {
     pub reached: HashSet<ChunkId>,
     /// Chunks that could not be read or did not verify, with why.
     pub bad: HashMap<ChunkId, String>,
+    /// How many of `bad` failed to read (an I/O error: maybe passing)
+    /// rather than being damaged.
+    pub unreadable: usize,
     pub nodes: u64,
     pub data: u64,
 }
@@ -251,6 +254,7 @@ impl<'a> Walk<'a> {
             seen_nodes: HashSet::new(),
             reached: HashSet::new(),
             bad: HashMap::new(),
+            unreadable: 0,
             nodes: 0,
             data: 0,
         }
@@ -283,18 +287,21 @@ impl<'a> Walk<'a> {
                                 if self.reached.insert(c) {
                                     self.data += 1;
                                     if let Err(e) = on_data(&c) {
-                                        self.bad.insert(c, e.to_string());
+                                        self.mark_bad(c, &e);
                                     }
                                 }
                             }
                         }
                     }
                 }
-                Err(e) => {
-                    self.bad.insert(id, e.to_string());
-                }
+                Err(e) => self.mark_bad(id, &e),
             }
         }
+    }
+
+    fn mark_bad(&mut self, id: ChunkId, e: &Error) {
+        self.unreadable += usize::from(e.kind() == ErrorKind::Unavailable);
+        self.bad.insert(id, e.to_string());
     }
 
     /// The bad chunks below `root`, each with where it sits. `clean` caches,

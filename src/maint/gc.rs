@@ -40,7 +40,7 @@ use crate::cas::tombstone::{self, Tombstone};
 use crate::cas::{GcScope, Location, PackInfo};
 use crate::clock::now_ms;
 use crate::db::{Batch, CF_CHUNKS, CF_PACKS};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::graph::reach::{self, MapKind, Walk};
 use crate::id::{ChunkId, PackId};
 use crate::map::MapRoot;
@@ -197,11 +197,17 @@ impl Store {
             progress.advance(1);
         }
         if let Some((id, why)) = walk.bad.iter().next() {
-            return Err(Error::corrupt(format!(
-                "gc stopped before changing anything: {} referenced chunks are unreadable \
-                 (e.g. {id}: {why}); run `forkfs fsck` (gc never runs on a damaged store)",
-                walk.bad.len()
-            )));
+            // An I/O error may pass: "unavailable", not "damaged".
+            let kind =
+                if walk.unreadable > 0 { ErrorKind::Unavailable } else { ErrorKind::Corrupt };
+            return Err(Error::new(
+                kind,
+                format!(
+                    "gc stopped before changing anything: {} referenced chunks are unreadable \
+                     (e.g. {id}: {why}); run `forkfs fsck` (gc never runs on a damaged store)",
+                    walk.bad.len()
+                ),
+            ));
         }
         report.live_nodes = walk.nodes;
         report.live_data_chunks = walk.data;

@@ -327,7 +327,7 @@ impl Backend {
                         std::io::ErrorKind::NotFound => {
                             Error::not_found(format!("object {key} is missing"))
                         }
-                        _ => e.into(),
+                        _ => Error::from(e).context(format!("opening object {key}")),
                     })?;
                 let f = Arc::new(f);
                 self.fds.insert(key.to_string(), f.clone());
@@ -341,7 +341,7 @@ impl Backend {
             std::io::ErrorKind::UnexpectedEof => {
                 Error::corrupt(format!("object {key} is shorter than {}", range.end))
             }
-            _ => e.into(),
+            _ => Error::from(e).context(format!("reading object {key}")),
         })?;
         Ok(Bytes::from(buf))
     }

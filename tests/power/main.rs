@@ -8,11 +8,13 @@
 //! `FORKFS_POWER_ROUNDS` sets the rounds per workload (default 12);
 //! `FORKFS_POWER_SEED` repeats a run. The negative control turns off the
 //! data log's fdatasync (`FORKFS_TEST_SKIP_LOG_SYNC=1`) and must be caught.
+//! The same filesystem fails chosen reads with EIO for `eio.rs`.
 //! One test binary.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod eio;
 mod lazyfs;
 mod mount;
 mod nbd;
@@ -90,6 +92,12 @@ impl Machine {
         let dropped = self.fs.take().expect("mounted").cut_power();
         self.fs = Some(lazyfs::Mounted::mount(&self.backing, &self.mountpoint));
         dropped
+    }
+
+    /// Reads of files under the store whose path contains one of
+    /// `patterns` fail with EIO from now on (none: all read again).
+    pub fn fail_reads(&self, patterns: &[&str]) {
+        self.fs.as_ref().expect("mounted").fail_reads(patterns);
     }
 
     /// `forkfs fsck --json`: (ok, problems).

@@ -10,6 +10,9 @@
 //! namespace operations (create, rename, unlink, mkdir) reach the backing
 //! directory at once, as a journalling filesystem commits them with the
 //! next fsync of the file anyway. Served in the test's own process.
+//!
+//! It can also fail reads of chosen files with EIO ([`Mounted::fail_reads`]),
+//! as a disk with bad sectors does.
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -52,6 +55,9 @@ struct State {
     dirty: HashMap<u64, Dirty>,
     /// Open handles: file handle -> (inode, file).
     handles: HashMap<u64, (u64, Arc<File>)>,
+    /// Reads of files whose path (relative to the root) contains one of
+    /// these fail with EIO: a disk failing some sectors.
+    failing: Vec<String>,
     /// Bumped when an inode is gone: the backing file system hands its
     /// number to new files, and the kernel must not take one for the
     /// other (it keeps pages and attributes per node).
@@ -59,6 +65,13 @@ struct State {
 }
 
 impl State {
+    /// Whether reads of `ino` fail (see [`Mounted::fail_reads`]).
+    fn read_fails(&self, ino: u64) -> bool {
+        let Some(path) = self.paths.get(&ino) else { return false };
+        let path = path.to_string_lossy();
+        self.failing.iter().any(|p| path.contains(p.as_str()))
+    }
+
     /// The unsynced data of `ino`, begun at the `backing` file's size.
     fn dirty_of(&mut self, ino: u64, backing: u64) -> &mut Dirty {
         self.dirty.entry(ino).or_insert_with(|| Dirty { size: backing, ..Default::default() })
@@ -233,6 +246,12 @@ impl Mounted {
             .and_then(|s| s.spawn())
             .unwrap_or_else(|e| panic!("mounting lazyfs on {}: {e}", mountpoint.display()));
         Mounted { session: Some(session), state, counters, mountpoint: mountpoint.to_path_buf() }
+    }
+
+    /// From now on reads of files whose path relative to the root contains
+    /// one of `patterns` fail with EIO (none: every read works again).
+    pub fn fail_reads(&self, patterns: &[&str]) {
+        self.state.lock().failing = patterns.iter().map(|p| p.to_string()).collect();
     }
 
     /// Power lost: every byte not synced is gone, and the filesystem is

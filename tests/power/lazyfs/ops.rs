@@ -287,6 +287,9 @@ impl Filesystem for LazyFs {
             let (ino, f) = self.handle(fh)?;
             let backing = f.metadata().map_err(errno)?.len();
             let st = self.state.lock();
+            if st.read_fails(ino) {
+                return Err(Errno::EIO);
+            }
             let d = st.dirty.get(&ino);
             let len = d.map_or(backing, |d| d.size);
             if offset >= len {

@@ -118,6 +118,9 @@ pub enum Detail {
     /// The store's index is missing, empty or another store's: the store
     /// opens only through `forkfs fsck --repair`, which rebuilds it.
     IndexLost,
+    /// The process holding the store is on its way out (its last mount
+    /// ended; it is saving): once it has exited, the store opens.
+    HolderExiting,
 }
 
 /// The error type of the core library: a kind plus a message and its cause.
@@ -156,7 +159,7 @@ impl Error {
         Error::new(ErrorKind::Conflict, message).with_detail(Detail::StoreInUse)
     }
 
-    fn with_detail(mut self, detail: Detail) -> Self {
+    pub fn with_detail(mut self, detail: Detail) -> Self {
         self.detail = Some(detail);
         self
     }
@@ -178,6 +181,11 @@ impl Error {
     /// socket can then run the request).
     pub fn is_store_in_use(&self) -> bool {
         self.detail == Some(Detail::StoreInUse)
+    }
+
+    /// See [`Detail::HolderExiting`]: worth waiting for.
+    pub fn is_holder_exiting(&self) -> bool {
+        self.detail == Some(Detail::HolderExiting)
     }
 
     pub fn with_source(

@@ -11,8 +11,9 @@ use forkfs::service::Extensions;
 use forkfs::{Error, FsHead, Opened, Result, Store, VolumeKind};
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -41,10 +42,11 @@ struct State {
     running: usize,
     /// Set once the last mount ended: the process is on its way out.
     closing: bool,
-    /// Volumes whose live head is mounted (read-write or not): one live
-    /// mount per volume, since a mount's kernel caches and open-file table
-    /// know nothing of another mount's changes. Versions are unlimited.
-    live: HashSet<String>,
+    /// Volumes whose live head is mounted (read-write or not), with where:
+    /// one live mount per volume, since a mount's kernel caches and
+    /// open-file table know nothing of another mount's changes. Versions
+    /// are unlimited.
+    live: HashMap<String, PathBuf>,
     unmounters: Vec<(PathBuf, fuser::SessionUnmounter)>,
     /// Why the first mount to fail ended (the process's exit status).
     failure: Option<Error>,
@@ -72,25 +74,46 @@ impl Host {
     /// Mounts `req` and serves it on a thread of its own; returns once the
     /// kernel has the mount.
     pub fn mount(self: &Arc<Self>, req: &MountRequest) -> Result<()> {
-        let (vol, source) = self.source(req)?;
-        let live = matches!(source, Opened::Live(_));
+        let vol = req.spec.split_once('@').map_or(req.spec.as_str(), |(v, _)| v).to_string();
+        let live = !req.spec.contains('@');
         {
             let mut st = self.state.lock();
             if st.closing {
                 return Err(shutting_down());
             }
-            if live && !st.live.insert(vol.clone()) {
+            // Counted now: the process stays for this mount even if the
+            // one waited for below was its last.
+            st.running += 1;
+            if live && !self.claim(&mut st, &vol, &req.dir) {
+                st.running -= 1;
+                self.ended.notify_all();
                 return Err(Error::conflict(format!(
                     "{vol} is already mounted (one mount of a volume's live state; mount a version --read-only, or fork it)"
                 )));
             }
-            st.running += 1;
         }
-        let started = self.start(req, &vol, source);
+        let started = self.source(req).and_then(|(_, source)| self.start(req, &vol, source));
         if started.is_err() {
             self.end(&vol, live, None, None);
         }
         started
+    }
+
+    /// Takes `vol`'s one live mount for `dir`. A live mount whose kernel
+    /// mount is gone is ending (saving its last checkpoint): waits for it,
+    /// so a volume is mountable again the moment its unmount returns.
+    fn claim(&self, st: &mut parking_lot::MutexGuard<'_, State>, vol: &str, dir: &Path) -> bool {
+        let deadline = std::time::Instant::now() + forkfs::service::HOLDER_EXIT_WAIT;
+        while let Some(at) = st.live.get(vol) {
+            if is_forkfs_mount(at) || std::time::Instant::now() >= deadline {
+                return false;
+            }
+            // Woken by every end; polled too, as the kernel's unmount
+            // comes before the session notices it.
+            self.ended.wait_for(st, Duration::from_millis(20));
+        }
+        st.live.insert(vol.to_string(), dir.to_path_buf());
+        true
     }
 
     fn source(&self, req: &MountRequest) -> Result<(String, Opened<FsHead>)> {
@@ -202,8 +225,9 @@ impl Host {
         st.running -= 1;
         if st.running == 0 {
             st.closing = true;
-            self.ended.notify_all();
         }
+        // Wakes `wait` and any mount waiting in `claim`.
+        self.ended.notify_all();
     }
 
     /// Unmounts everything (a stop signal).
@@ -233,13 +257,64 @@ fn shutting_down() -> Error {
         forkfs::ErrorKind::Unavailable,
         "the process holding the store is shutting down; try again",
     )
+    .with_detail(forkfs::Detail::HolderExiting)
+}
+
+/// Whether `dir` is a forkfs mount point now (`/proc/self/mountinfo`).
+pub fn is_forkfs_mount(dir: &Path) -> bool {
+    mounted_at(dir).is_some_and(|(t, source)| is_forkfs(&t, &source))
+}
+
+/// Whether a mount table entry of type `fstype` from `source` is a forkfs
+/// mount: FUSE (`fuse`, or `fuse.forkfs` when mounted through
+/// fusermount3), its source named `forkfs:<volume>` (see [`config`]).
+pub fn is_forkfs(fstype: &str, source: &str) -> bool {
+    (fstype == "fuse" || fstype == "fuse.forkfs") && source.starts_with(FSNAME_PREFIX)
+}
+
+/// The (type, source) of the file system mounted at `dir` (the topmost
+/// mount), if any.
+pub fn mounted_at(dir: &Path) -> Option<(String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = dir.as_os_str().as_bytes();
+    // Fields: id parent major:minor root mountpoint options... - type source
+    // super-options; the mount point escapes space, tab, newline and \\.
+    info.lines().rev().find_map(|line| {
+        let point = line.split(' ').nth(4)?;
+        let (_, after) = line.split_once(" - ")?;
+        let mut f = after.split(' ');
+        let (fstype, source) = (f.next()?.to_string(), f.next().unwrap_or("").to_string());
+        (unescape(point) == want).then_some((fstype, source))
+    })
+}
+
+/// How forkfs names its mounts' source: `forkfs:<volume>`.
+const FSNAME_PREFIX: &str = "forkfs:";
+
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 fn config(req: &MountRequest, vol: &str) -> fuser::Config {
     use fuser::MountOption as M;
     let mut c = fuser::Config::default();
     c.mount_options = vec![
-        M::FSName(format!("forkfs:{vol}")),
+        M::FSName(format!("{FSNAME_PREFIX}{vol}")),
         M::Subtype("forkfs".into()),
         M::DefaultPermissions,
         M::NoAtime,

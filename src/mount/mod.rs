@@ -8,6 +8,7 @@ mod fuse;
 mod history;
 mod host;
 mod record;
+mod users;
 mod workspace;
 
 use anyhow::{Context, Result, bail};
@@ -42,6 +43,10 @@ pub struct Args {
 pub struct UmountArgs {
     /// The mount point
     pub dir: PathBuf,
+    /// Detach the mount now even if processes still use it; it ends, with
+    /// its last checkpoint, when the last of them lets go
+    #[arg(long)]
+    pub lazy: bool,
 }
 
 /// Set in the background child of `--daemon`: it reports on stdout.
@@ -67,10 +72,23 @@ fn serve(store_dir: &Path, settings: &Settings, a: &Args, report: bool) -> Resul
     // inherits the mask, so only the signal thread ever receives them.
     let signals = block_stop_signals();
     let req = request(a)?;
-    let store = match Store::open_with(store_dir, settings) {
-        Ok(s) => s,
-        Err(e) if e.is_store_in_use() => return hosted(store_dir, &req, report, signals),
-        Err(e) => return Err(e.into()),
+    // A holder on its way out (its last mount just ended) is waited for:
+    // the store is ours once it has exited.
+    let deadline = std::time::Instant::now() + forkfs::service::HOLDER_EXIT_WAIT;
+    let store = loop {
+        match Store::open_with(store_dir, settings) {
+            Ok(s) => break s,
+            Err(e) if e.is_store_in_use() => match ask_holder(store_dir, &req) {
+                Ok(pid) => return hosted(store_dir, &req, pid, report, signals),
+                Err(e) if e.is_holder_exiting() && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    bail!(Error::new(e.kind(), format!("cannot mount {}: {e}", req.spec)))
+                }
+            },
+            Err(e) => return Err(e.into()),
+        }
     };
     // The mount request is served before the socket answers anything.
     let extensions = forkfs::service::Extensions::default();
@@ -100,21 +118,25 @@ fn serve(store_dir: &Path, settings: &Settings, a: &Args, report: bool) -> Resul
     }
 }
 
-/// The store is held by another process: ask it to host this mount too.
-fn hosted(
-    store_dir: &Path,
-    req: &host::MountRequest,
-    report: bool,
-    signals: libc::sigset_t,
-) -> Result<()> {
+/// The store is held by another process: asks it to host this mount
+/// too; its pid.
+fn ask_holder(store_dir: &Path, req: &host::MountRequest) -> forkfs::Result<u64> {
     let call = forkfs::service::Request::Extension {
         name: host::MOUNT_REQUEST.into(),
         args: serde_json::to_value(req)?,
     };
-    let pid = match forkfs::service::call(store_dir, &call) {
-        Ok(v) => v["pid"].as_u64().unwrap_or(0),
-        Err(e) => bail!(Error::new(e.kind(), format!("cannot mount {}: {e}", req.spec))),
-    };
+    Ok(forkfs::service::call(store_dir, &call)?["pid"].as_u64().unwrap_or(0))
+}
+
+/// Another process (`pid`) serves this mount: report it, and in the
+/// foreground stay until the mount ends.
+fn hosted(
+    store_dir: &Path,
+    req: &host::MountRequest,
+    pid: u64,
+    report: bool,
+    signals: libc::sigset_t,
+) -> Result<()> {
     let what = format!(
         "{} mounted on {} by pid {pid}, which holds the store",
         req.spec,
@@ -312,42 +334,36 @@ fn daemonize(store_dir: &Path, a: &Args) -> Result<()> {
     bail!("the mount process exited ({status}) before mounting; see {}", log_path.display())
 }
 
-/// `forkfs umount DIR`: unmounts, then waits for the mount's last
-/// checkpoint and, when it was the last mount of its process, for the
-/// process to release the store.
+/// `forkfs umount DIR`: unmounts a forkfs mount (never another), then
+/// waits for the mount's last checkpoint and, when it was the last mount
+/// of its process, for the process to release the store.
 pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     let dir = std::fs::canonicalize(&a.dir).with_context(|| format!("{}", a.dir.display()))?;
-    let holder = record::Record::find(store_dir, &dir);
-    let ok = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(&dir)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
-            let e = std::io::Error::last_os_error();
-            bail!("cannot unmount {}: {e}", dir.display());
-        }
+    match host::mounted_at(&dir) {
+        None => bail!(Error::invalid(format!("{} is not mounted", dir.display()))),
+        Some((t, source)) if !host::is_forkfs(&t, &source) => bail!(Error::invalid(format!(
+            "{} is not a forkfs mount (it is {t} from {source}); not unmounting it",
+            dir.display()
+        ))),
+        Some(_) => {}
     }
+    let holder = record::Record::find(store_dir, &dir);
+    unmount(&dir, a.lazy)?;
     if let Some(pid) = holder {
-        // The mount's last checkpoint is done when its record goes (a
-        // failed one left why); the store is free when its process exits,
-        // unless it serves others.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while std::time::Instant::now() < deadline
-            && record::alive(pid)
-            && (record::Record::find(store_dir, &dir).is_some()
-                || !record::serves_any(store_dir, pid))
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if record::Record::find(store_dir, &dir).is_some() {
+        let wait = if a.lazy { Duration::from_secs(2) } else { Duration::from_secs(60) };
+        if !wait_for_end(store_dir, &dir, pid, wait) {
+            if a.lazy {
+                println!(
+                    "{} detached; the mount ends, with its last checkpoint, when no process uses it",
+                    dir.display()
+                );
+                return Ok(());
+            }
             bail!(Error::new(
                 forkfs::ErrorKind::Unavailable,
                 format!(
-                    "{} unmounted, but its last checkpoint has not finished after 60 s;                      process {pid} goes on saving (see its log) and holds the store until then",
+                    "{} unmounted, but its last checkpoint has not finished after 60 s; \
+                     process {pid} goes on saving (see its log) and holds the store until then",
                     dir.display()
                 )
             ));
@@ -360,6 +376,62 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Unmounts `dir` (`lazy`: detached even if busy). A busy mount is
+/// refused with the processes that use it.
+fn unmount(dir: &Path, lazy: bool) -> Result<()> {
+    let mut fusermount = std::process::Command::new("fusermount3");
+    fusermount.arg("-u");
+    if lazy {
+        fusermount.arg("-z");
+    }
+    let ok =
+        fusermount.arg(dir).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    if ok {
+        return Ok(());
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EBUSY) {
+        let users = users::users_of(dir);
+        let who = if users.is_empty() {
+            "a process".to_string()
+        } else {
+            users.iter().map(|(pid, name)| format!("{name} ({pid})")).collect::<Vec<_>>().join(", ")
+        };
+        bail!(Error::conflict(format!(
+            "{} is busy: used by {who}; close them, or use --lazy to detach it now \
+             and end it when they are done",
+            dir.display()
+        )));
+    }
+    bail!("cannot unmount {}: {e}", dir.display())
+}
+
+/// Waits up to `wait` for the mount's last checkpoint (its record goes;
+/// a failed one leaves why) and, unless process `pid` serves other
+/// mounts, for the process to exit; whether that happened.
+fn wait_for_end(store_dir: &Path, dir: &Path, pid: u32, wait: Duration) -> bool {
+    let start = std::time::Instant::now();
+    let mut said = false;
+    while record::alive(pid)
+        && (record::Record::find(store_dir, dir).is_some() || !record::serves_any(store_dir, pid))
+    {
+        if start.elapsed() >= wait {
+            return record::Record::find(store_dir, dir).is_none();
+        }
+        if !said && start.elapsed() >= Duration::from_secs(2) {
+            eprintln!("forkfs: waiting for the last checkpoint of {} (pid {pid})", dir.display());
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    record::Record::find(store_dir, dir).is_none()
 }
 
 /// Block and free counts of the filesystem holding the store, for statfs.

@@ -11,4 +11,4 @@ mod request;
 mod socket;
 
 pub use request::{Request, execute};
-pub use socket::{Extension, Extensions, SOCKET, Server, call, run, serve};
+pub use socket::{Extension, Extensions, HOLDER_EXIT_WAIT, SOCKET, Server, call, run, serve};

@@ -7,7 +7,7 @@
 
 use super::request::{Request, execute};
 use crate::config::Settings;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Detail, Error, ErrorKind, Result};
 use crate::progress::{Progress, Quiet};
 use crate::store::Store;
 use parking_lot::Mutex;
@@ -27,7 +27,13 @@ const MAX_REQUEST: u64 = 64 << 10;
 #[serde(rename_all = "kebab-case")]
 enum Response {
     Ok(serde_json::Value),
-    Err { kind: ErrorKind, message: String },
+    Err {
+        kind: ErrorKind,
+        message: String,
+        /// The holder is on its way out ([`Error::is_holder_exiting`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        exiting: bool,
+    },
 }
 
 /// Runs a request on the store at `dir`: here when the store is free
@@ -38,33 +44,63 @@ pub fn run(
     req: &Request,
     progress: &dyn Progress,
 ) -> Result<serde_json::Value> {
-    match Store::open_with(dir, settings) {
-        Ok(store) => execute(&store, &Extensions::default(), req, progress),
-        Err(e) if e.is_store_in_use() && dir.join(SOCKET).exists() => call(dir, req),
-        Err(e) => Err(e),
+    let deadline = std::time::Instant::now() + HOLDER_EXIT_WAIT;
+    loop {
+        let answer = match Store::open_with(dir, settings) {
+            Ok(store) => return execute(&store, &Extensions::default(), req, progress),
+            Err(e) if e.is_store_in_use() && dir.join(SOCKET).exists() => call(dir, req),
+            Err(e) => return Err(e),
+        };
+        match answer {
+            // The holder is on its way out (it stopped answering, or says
+            // so): the store is free once it has exited.
+            Err(e) if e.is_holder_exiting() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            answer => return answer,
+        }
     }
 }
+
+/// How long a command waits for a process holding the store that is on
+/// its way out (its last mount ended and it is saving): it answers
+/// "unavailable" or not at all meanwhile.
+pub const HOLDER_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Sends a request to the process that holds the store at `dir`.
 pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
     let path = dir.join(SOCKET);
+    // A holder that holds the lock but no longer answers is on its way
+    // out (the socket goes first); callers wait for it (see `run`).
     let mut s = UnixStream::connect(&path).map_err(|e| {
-        Error::conflict(format!(
+        Error::new(ErrorKind::Unavailable, format!(
             "the store at {} is in use by another process, and its control socket does not answer ({e})",
             dir.display()
         ))
+        .with_detail(Detail::HolderExiting)
     })?;
-    serde_json::to_writer(&mut s, req)?;
-    s.write_all(b"\n")?;
+    // A connection the holder's listener accepted as it closed is reset
+    // unread (the server finishes every request it read before it goes):
+    // on its way out, like a socket that does not answer.
+    let exiting = |e: std::io::Error| Error::from(e).with_detail(Detail::HolderExiting);
+    let mut raw = serde_json::to_vec(req)?;
+    raw.push(b'\n');
+    s.write_all(&raw).map_err(exiting)?;
     let mut line = String::new();
-    BufReader::new(s).read_line(&mut line)?;
+    BufReader::new(s).read_line(&mut line).map_err(exiting)?;
     match serde_json::from_str::<Response>(&line) {
         Ok(Response::Ok(v)) => Ok(v),
-        Ok(Response::Err { kind, message }) => Err(Error::new(kind, message)),
+        Ok(Response::Err { kind, message, exiting }) => {
+            let e = Error::new(kind, message);
+            Err(if exiting { e.with_detail(Detail::HolderExiting) } else { e })
+        }
+        // It answers every request it read: it exited (on its way out, or
+        // killed, which frees the store at once).
         Err(_) => Err(Error::new(
             ErrorKind::Unavailable,
             "the process holding the store closed the control connection without an answer",
-        )),
+        )
+        .with_detail(Detail::HolderExiting)),
     }
 }
 
@@ -143,7 +179,9 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
     };
     let resp = match resp {
         Ok(v) => Response::Ok(v),
-        Err(e) => Response::Err { kind: e.kind(), message: e.to_string() },
+        Err(e) => {
+            Response::Err { kind: e.kind(), message: e.to_string(), exiting: e.is_holder_exiting() }
+        }
     };
     let mut w = &conn;
     let _ = serde_json::to_writer(&mut w, &resp).map(|_| w.write_all(b"\n"));

@@ -10,5 +10,6 @@ mod mount_cli;
 mod mount_crash;
 mod mount_errno;
 mod mount_fsx;
+mod mount_lifecycle;
 mod mount_posix;
 mod mount_postgres;

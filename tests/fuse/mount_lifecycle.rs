@@ -1,0 +1,114 @@
+//! The mount's life cycle (issue 17): a volume is mountable again the
+//! moment its unmount returns, whoever unmounted it; `forkfs umount` says
+//! who keeps a busy mount busy and has `--lazy`; it never unmounts what
+//! forkfs did not mount.
+
+use crate::common::mount::{Mounted, is_fuse_mount, mount_pid, new_store, statfs_type, wait_gone};
+use crate::common::{Tmpfs, fails, forkfs, ok};
+
+/// Rounds of each unmount kind (`FORKFS_REMOUNT_ROUNDS`, default 100).
+fn rounds() -> usize {
+    std::env::var("FORKFS_REMOUNT_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100)
+}
+
+/// Mount, write, unmount (the kernel's `umount`, `fusermount3 -u`, or
+/// `forkfs umount`), and mount again at once, round after round: every
+/// mount succeeds and finds every earlier round's file.
+#[test]
+fn a_volume_is_mountable_again_the_moment_its_unmount_returns() {
+    let (d, store) = new_store();
+    ok(&store, &["volume", "create", "ws"]);
+    let dir = d.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let dir_s = dir.to_str().unwrap();
+    let n = rounds();
+    let mut pids = Vec::new();
+    let mut failures = Vec::new();
+    for round in 0..n * 3 {
+        let out = forkfs(&store, &["mount", "ws", dir_s, "--daemon", "--checkpoint-every", "0"]);
+        if !out.status.success() {
+            failures.push(format!(
+                "round {round}: mount: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+            if failures.len() > 5 {
+                break;
+            }
+            continue;
+        }
+        pids.push(mount_pid(&String::from_utf8_lossy(&out.stdout)));
+        for earlier in 0..round {
+            let p = dir.join(format!("f{earlier}"));
+            if failures.is_empty() && std::fs::read(&p).ok() != Some(earlier.to_le_bytes().to_vec())
+            {
+                failures.push(format!("round {round}: f{earlier} lost"));
+            }
+        }
+        std::fs::write(dir.join(format!("f{round}")), round.to_le_bytes()).unwrap();
+        let how = ["umount", "fusermount3", "forkfs"][round % 3];
+        let done = match how {
+            "umount" => std::process::Command::new("umount").arg(&dir).status().unwrap().success(),
+            "fusermount3" => std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg(&dir)
+                .status()
+                .unwrap()
+                .success(),
+            _ => forkfs(&store, &["umount", dir_s]).status.success(),
+        };
+        assert!(done, "round {round}: {how} failed");
+        assert!(!is_fuse_mount(&dir), "round {round}: still mounted after {how}");
+    }
+    for pid in pids {
+        assert!(wait_gone(pid, 30), "mount process {pid} stays");
+    }
+    assert!(failures.is_empty(), "{} rounds:\n{}", n * 3, failures.join("\n"));
+}
+
+/// `forkfs umount` unmounts only forkfs mounts: a tmpfs (or a directory
+/// with nothing mounted) is refused as bad input, and stays as it was.
+#[test]
+fn umount_refuses_what_forkfs_did_not_mount() {
+    let (d, store) = new_store();
+    let other = d.path().join("tmpfs");
+    let _tmpfs = Tmpfs::mount(&other, "1m");
+    std::fs::write(other.join("kept"), b"not ours").unwrap();
+    let (code, err) = fails(&store, &["umount", other.to_str().unwrap()]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("is not a forkfs mount (it is tmpfs from tmpfs)"), "{err}");
+    assert_eq!(statfs_type(&other), libc::TMPFS_MAGIC, "the tmpfs was unmounted");
+    assert_eq!(std::fs::read(other.join("kept")).unwrap(), b"not ours");
+    let plain = d.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let (code, err) = fails(&store, &["umount", plain.to_str().unwrap()]);
+    assert_eq!((code, err.contains("is not mounted")), (64, true), "{err}");
+}
+
+/// A busy mount: `forkfs umount` fails at once naming the processes that
+/// use it (as `fuser -m` would), and leaves it mounted; `--lazy` detaches
+/// it, and the mount ends, with its last checkpoint, when they let go.
+#[test]
+fn umount_of_a_busy_mount_names_its_users_and_lazy_detaches_it() {
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
+    let dir = m.dir().to_str().unwrap().to_string();
+    std::fs::write(m.path("kept"), b"written before the umount").unwrap();
+    let open = std::fs::File::open(m.path("kept")).unwrap();
+    let t = std::time::Instant::now();
+    let (code, err) = fails(&store, &["umount", &dir]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(30), "umount waited on a busy mount");
+    assert_eq!(code, 75, "{err}");
+    let me = format!("({})", std::process::id());
+    assert!(err.contains("is busy") && err.contains(&me) && err.contains("--lazy"), "{err}");
+    assert!(is_fuse_mount(m.dir()), "a busy mount was unmounted");
+
+    let out = ok(&store, &["umount", &dir, "--lazy"]);
+    assert!(out.contains("detached"), "{out}");
+    assert!(!is_fuse_mount(m.dir()), "still mounted after --lazy");
+    assert!(!wait_gone(m.pid(), 1), "the mount ended while a file in it is open");
+    drop(open);
+    assert!(wait_gone(m.pid(), 30), "the mount outlived its last user");
+    // Its last checkpoint holds the file.
+    let again = Mounted::new(&store, "ws", &[]);
+    assert_eq!(std::fs::read(again.path("kept")).unwrap(), b"written before the umount");
+}

@@ -29,6 +29,33 @@ pub struct MountRequest {
     pub read_only: bool,
     pub checkpoint_every_ms: u64,
     pub threads: usize,
+    /// Checked by [`mount_options`]: the kernel mount flags asked for.
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+/// The `-o` options a mount takes (besides `ro`, which is `--read-only`).
+const OPTIONS: [&str; 7] = ["nodev", "nosuid", "noexec", "dev", "suid", "exec", "noatime"];
+
+/// Checks `-o` options: the flags to mount with, or which one is not
+/// supported and why.
+pub fn mount_options(given: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for o in given.iter().map(|o| o.trim()).filter(|o| !o.is_empty() && *o != "ro" && *o != "rw") {
+        if o == "relatime" || o == "strictatime" || o == "atime" {
+            return Err(Error::invalid(format!(
+                "mount option {o} is not supported: forkfs records no access times (noatime)"
+            )));
+        }
+        if !OPTIONS.contains(&o) {
+            return Err(Error::invalid(format!(
+                "unknown mount option {o:?} (supported: ro, {})",
+                OPTIONS.join(", ")
+            )));
+        }
+        out.push(o.to_string());
+    }
+    Ok(out)
 }
 
 pub struct Host {
@@ -321,6 +348,18 @@ fn config(req: &MountRequest, vol: &str) -> fuser::Config {
     ];
     if req.read_only {
         c.mount_options.push(M::RO);
+    }
+    for o in &req.options {
+        c.mount_options.push(match o.as_str() {
+            "nodev" => M::NoDev,
+            "nosuid" => M::NoSuid,
+            "noexec" => M::NoExec,
+            "dev" => M::Dev,
+            "suid" => M::Suid,
+            "exec" => M::Exec,
+            // noatime is always on; anything else was refused when asked.
+            _ => continue,
+        });
     }
     // Root's mounts serve every user, like any other filesystem.
     if unsafe { libc::geteuid() } == 0 {

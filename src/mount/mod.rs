@@ -8,7 +8,10 @@ mod fuse;
 mod history;
 mod host;
 mod record;
+mod umount;
 mod users;
+
+pub use umount::{UmountArgs, umount};
 mod workspace;
 
 use anyhow::{Context, Result, bail};
@@ -37,16 +40,11 @@ pub struct Args {
     /// Threads answering the kernel's requests
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct UmountArgs {
-    /// The mount point
-    pub dir: PathBuf,
-    /// Detach the mount now even if processes still use it; it ends, with
-    /// its last checkpoint, when the last of them lets go
-    #[arg(long)]
-    pub lazy: bool,
+    /// Mount options, comma-separated: nodev, nosuid, noexec (and dev,
+    /// suid, exec), ro, noatime (the only atime mode: forkfs records no
+    /// access times)
+    #[arg(short = 'o', long = "options", value_delimiter = ',')]
+    pub options: Vec<String>,
 }
 
 /// Set in the background child of `--daemon`: it reports on stdout.
@@ -163,9 +161,10 @@ fn request(a: &Args) -> Result<host::MountRequest> {
     Ok(host::MountRequest {
         spec: a.spec.clone(),
         dir: host::mount_point(&a.dir)?,
-        read_only: a.read_only,
+        read_only: a.read_only || a.options.iter().any(|o| o == "ro"),
         checkpoint_every_ms: a.checkpoint_every.as_millis() as u64,
         threads: a.threads,
+        options: host::mount_options(&a.options)?,
     })
 }
 
@@ -332,106 +331,6 @@ fn daemonize(store_dir: &Path, a: &Args) -> Result<()> {
     }
     let status = child.wait()?;
     bail!("the mount process exited ({status}) before mounting; see {}", log_path.display())
-}
-
-/// `forkfs umount DIR`: unmounts a forkfs mount (never another), then
-/// waits for the mount's last checkpoint and, when it was the last mount
-/// of its process, for the process to release the store.
-pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
-    let dir = std::fs::canonicalize(&a.dir).with_context(|| format!("{}", a.dir.display()))?;
-    match host::mounted_at(&dir) {
-        None => bail!(Error::invalid(format!("{} is not mounted", dir.display()))),
-        Some((t, source)) if !host::is_forkfs(&t, &source) => bail!(Error::invalid(format!(
-            "{} is not a forkfs mount (it is {t} from {source}); not unmounting it",
-            dir.display()
-        ))),
-        Some(_) => {}
-    }
-    let holder = record::Record::find(store_dir, &dir);
-    unmount(&dir, a.lazy)?;
-    if let Some(pid) = holder {
-        let wait = if a.lazy { Duration::from_secs(2) } else { Duration::from_secs(60) };
-        if !wait_for_end(store_dir, &dir, pid, wait) {
-            if a.lazy {
-                println!(
-                    "{} detached; the mount ends, with its last checkpoint, when no process uses it",
-                    dir.display()
-                );
-                return Ok(());
-            }
-            bail!(Error::new(
-                forkfs::ErrorKind::Unavailable,
-                format!(
-                    "{} unmounted, but its last checkpoint has not finished after 60 s; \
-                     process {pid} goes on saving (see its log) and holds the store until then",
-                    dir.display()
-                )
-            ));
-        }
-    }
-    if let Some(f) = record::Record::take_failure(store_dir, &dir) {
-        bail!(Error::new(
-            f.kind,
-            format!("{} unmounted, but not all was saved: {}", dir.display(), f.message)
-        ));
-    }
-    Ok(())
-}
-
-/// Unmounts `dir` (`lazy`: detached even if busy). A busy mount is
-/// refused with the processes that use it.
-fn unmount(dir: &Path, lazy: bool) -> Result<()> {
-    let mut fusermount = std::process::Command::new("fusermount3");
-    fusermount.arg("-u");
-    if lazy {
-        fusermount.arg("-z");
-    }
-    let ok =
-        fusermount.arg(dir).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
-    if ok {
-        return Ok(());
-    }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EBUSY) {
-        let users = users::users_of(dir);
-        let who = if users.is_empty() {
-            "a process".to_string()
-        } else {
-            users.iter().map(|(pid, name)| format!("{name} ({pid})")).collect::<Vec<_>>().join(", ")
-        };
-        bail!(Error::conflict(format!(
-            "{} is busy: used by {who}; close them, or use --lazy to detach it now \
-             and end it when they are done",
-            dir.display()
-        )));
-    }
-    bail!("cannot unmount {}: {e}", dir.display())
-}
-
-/// Waits up to `wait` for the mount's last checkpoint (its record goes;
-/// a failed one leaves why) and, unless process `pid` serves other
-/// mounts, for the process to exit; whether that happened.
-fn wait_for_end(store_dir: &Path, dir: &Path, pid: u32, wait: Duration) -> bool {
-    let start = std::time::Instant::now();
-    let mut said = false;
-    while record::alive(pid)
-        && (record::Record::find(store_dir, dir).is_some() || !record::serves_any(store_dir, pid))
-    {
-        if start.elapsed() >= wait {
-            return record::Record::find(store_dir, dir).is_none();
-        }
-        if !said && start.elapsed() >= Duration::from_secs(2) {
-            eprintln!("forkfs: waiting for the last checkpoint of {} (pid {pid})", dir.display());
-            said = true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    record::Record::find(store_dir, dir).is_none()
 }
 
 /// Block and free counts of the filesystem holding the store, for statfs.

@@ -44,11 +44,19 @@ pub fn run(
     req: &Request,
     progress: &dyn Progress,
 ) -> Result<serde_json::Value> {
-    let deadline = std::time::Instant::now() + HOLDER_EXIT_WAIT;
+    let start = std::time::Instant::now();
+    let deadline = start + HOLDER_EXIT_WAIT;
     loop {
         let answer = match Store::open_with(dir, settings) {
             Ok(store) => return execute(&store, &Extensions::default(), req, progress),
             Err(e) if e.is_store_in_use() && dir.join(SOCKET).exists() => call(dir, req),
+            // Held, without a socket: a command of its own (usually short),
+            // or a holder starting up or on its way out (the socket goes
+            // first): worth a short wait.
+            Err(e) if e.is_store_in_use() && start.elapsed() < NO_SOCKET_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            }
             Err(e) => return Err(e),
         };
         match answer {
@@ -66,6 +74,10 @@ pub fn run(
 /// its way out (its last mount ended and it is saving): it answers
 /// "unavailable" or not at all meanwhile.
 pub const HOLDER_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a command waits for a store held by a process without a
+/// control socket (see `run`).
+const NO_SOCKET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Sends a request to the process that holds the store at `dir`.
 pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {

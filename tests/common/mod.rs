@@ -87,15 +87,16 @@ pub fn random(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// A tmpfs of `size` (e.g. "48m") mounted at `dir` (created), unmounted
-/// when dropped: a small disk to fill. The tests run as root.
+/// A tmpfs mounted at `dir` (created) with `options` (e.g. "size=48m"),
+/// unmounted when dropped: a small disk to fill, or a reference
+/// filesystem. The tests run as root.
 pub struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+    pub fn mount(dir: &Path, options: &str) -> Tmpfs {
         std::fs::create_dir_all(dir).unwrap();
         let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
             .arg(dir)
             .status()
             .expect("running mount(8)");

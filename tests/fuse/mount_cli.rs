@@ -3,6 +3,7 @@
 
 use crate::common::mount::{Mounted, diff, is_fuse_mount, new_store, wait_gone};
 use crate::common::{fails, json, ok};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// The same failure exits alike in the foreground and with --daemon, and
@@ -75,7 +76,7 @@ fn sigterm_unmounts_after_a_final_checkpoint() {
 fn umount_fails_with_no_space_when_the_last_checkpoint_cannot_be_saved() {
     let d = tempfile::tempdir().unwrap();
     let small = d.path().join("small");
-    let _tmpfs = crate::common::Tmpfs::mount(&small, "48m");
+    let _tmpfs = crate::common::Tmpfs::mount(&small, "size=48m");
     let store = small.join("store");
     ok(&store, &["init"]);
     ok(&store, &["volume", "create", "ws"]);
@@ -90,4 +91,49 @@ fn umount_fails_with_no_space_when_the_last_checkpoint_cannot_be_saved() {
     assert!(err.contains("not all was saved"), "{err}");
     assert!(wait_gone(pid, 30), "the mount process stays after its end");
     assert!(!is_fuse_mount(&dir));
+}
+
+/// `-o nodev,nosuid,noexec` (and dev, suid) reach the kernel as on any filesystem: statvfs
+/// reports the flags and a script in the mount does not run (EACCES), the
+/// same on a tmpfs mounted with them; without them the script runs. Atime
+/// modes and unknown options are refused as bad input.
+#[test]
+fn mount_options_reach_the_kernel_as_on_another_filesystem() {
+    let (d, store) = new_store();
+    let m = Mounted::new(&store, "opts", &["-o", "nodev,nosuid,noexec"]);
+    let reference = d.path().join("tmpfs");
+    let _tmpfs = crate::common::Tmpfs::mount(&reference, "size=1m,nodev,nosuid,noexec");
+    let plain = Mounted::new(&store, "plain", &[]);
+    let runs = |dir: &Path| {
+        let script = dir.join("hello.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hello\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::process::Command::new(&script).output().map_err(|e| e.kind())
+    };
+    let flags = |dir: &Path| {
+        let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+        s.f_flag & (libc::ST_NODEV | libc::ST_NOSUID | libc::ST_NOEXEC)
+    };
+    let all = libc::ST_NODEV | libc::ST_NOSUID | libc::ST_NOEXEC;
+    for dir in [m.dir(), reference.as_path()] {
+        assert_eq!(flags(dir), all, "{}", dir.display());
+        let ran = runs(dir);
+        assert_eq!(ran.err(), Some(std::io::ErrorKind::PermissionDenied), "{}", dir.display());
+    }
+    // By default a FUSE mount is nodev,nosuid (as fusermount3 makes it);
+    // `-o dev,suid` lifts both.
+    assert_eq!(flags(plain.dir()), libc::ST_NODEV | libc::ST_NOSUID);
+    let open = Mounted::new(&store, "open", &["-o", "dev,suid"]);
+    assert_eq!(flags(open.dir()), 0);
+    let out = runs(plain.dir()).expect("a script runs on a mount without noexec");
+    assert_eq!(out.stdout, b"hello\n");
+    let dir = d.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    for bad in ["relatime", "strictatime", "bogus"] {
+        let (code, err) = fails(&store, &["mount", "other", dir.to_str().unwrap(), "-o", bad]);
+        assert_eq!(code, 64, "-o {bad}: {err}");
+        assert!(err.contains(bad), "{err}");
+    }
 }

@@ -71,7 +71,7 @@ fn a_volume_is_mountable_again_the_moment_its_unmount_returns() {
 fn umount_refuses_what_forkfs_did_not_mount() {
     let (d, store) = new_store();
     let other = d.path().join("tmpfs");
-    let _tmpfs = Tmpfs::mount(&other, "1m");
+    let _tmpfs = Tmpfs::mount(&other, "size=1m");
     std::fs::write(other.join("kept"), b"not ours").unwrap();
     let (code, err) = fails(&store, &["umount", other.to_str().unwrap()]);
     assert_eq!(code, 64, "{err}");

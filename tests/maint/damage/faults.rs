@@ -111,7 +111,7 @@ fn a_full_disk_fails_each_writing_command_with_73_and_loses_nothing() {
     // Dropped in reverse: the fixture, the tmpfs, then the directory.
     let outer = tempfile::tempdir().unwrap();
     let small = outer.path().join("small");
-    let tmpfs = Tmpfs::mount(&small, "24m");
+    let tmpfs = Tmpfs::mount(&small, "size=24m");
     let f = Fixture::at(tempfile::tempdir().unwrap(), Some(small.join("store")));
     let img = outer.path().join("img-full");
     std::fs::write(&img, &f.imgs[0]).unwrap();

@@ -91,7 +91,8 @@ struct LimitArgs {
     #[arg(long, default_value = "1GiB", value_parser = parse_size, value_name = "SIZE")]
     memory: u64,
     /// Close a connection that has not finished its handshake by then
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    /// (opening an export on a remote store may take a read deadline)
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     handshake_timeout: Duration,
     /// Close a connection with nothing in flight that sends no request for
     /// this long; 0 never does

@@ -109,16 +109,17 @@ where
     let ended = requests(&mut rd, &conn, &mut tasks, stop).await;
     while tasks.join_next().await.is_some() {}
     drop(conn);
-    let written = if *stop.borrow() {
-        match tokio::time::timeout(STOP_GRACE, &mut writer).await {
+    // A client that does not read its replies holds the writer; a stop
+    // gives it STOP_GRACE, then drops them.
+    let written = tokio::select! {
+        w = &mut writer => w,
+        _ = async { drop(stop.wait_for(|s| *s).await) } => match tokio::time::timeout(STOP_GRACE, &mut writer).await {
             Ok(w) => w,
             Err(_) => {
                 writer.abort();
                 return Err(invalid("stopping: the client did not read its replies"));
             }
-        }
-    } else {
-        writer.await
+        },
     };
     match written {
         Ok(Ok(mut wr)) => {
@@ -181,10 +182,10 @@ async fn header<R: AsyncRead + Unpin>(
     let mut hdr = [0u8; REQUEST_HEADER_LEN];
     let mut filled = 0;
     while filled < hdr.len() {
-        // The timer runs only while nothing is in flight or unsent; a
-        // partial `read` is cancel-safe, so the header survives a tick.
-        let idle = conn.cfg.limits.idle_timeout.filter(|_| conn.budget.idle());
-        match wait(rd.read(&mut hdr[filled..]), stop, idle).await {
+        // When the timer fires with something in flight or unsent, it
+        // starts again; a partial `read` is cancel-safe, so the header
+        // survives that.
+        match wait(rd.read(&mut hdr[filled..]), stop, conn.cfg.limits.idle_timeout).await {
             Wait::Got(Ok(0)) if filled == 0 => return Ok(None),
             Wait::Got(Ok(0)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Wait::Got(Ok(n)) => filled += n,

@@ -1,7 +1,7 @@
 //! `forkfs:changed-since:` BLOCK_STATUS from the cached diff: repeated
 //! calls give identical answers, and a write or a zeroing through
-//! any connection is in the very next answer (the cache is keyed by the
-//! head's change count).
+//! any connection, or a restore, is in the very next answer (the cache is
+//! keyed by the head's change count and the server's restore count).
 
 use crate::common::{Server, nbdsh};
 
@@ -54,4 +54,33 @@ assert runs() == [(0, 1), (10, 1), (20, 1), (30, 1)], runs()
 print('ok')
 "#;
     assert_eq!(nbdsh(&srv.uri("disk"), script).trim(), "ok", "{}", srv.log());
+    // A restore (through the server's control socket) is a change too,
+    // though no request of this server made it: asked again on the same
+    // connections (same change count), the answer must not come from the
+    // cache. (Without the restore hook in `exports.rs` this saw the four
+    // changed blocks of before the restore.)
+    let forkfs = srv.bin.with_file_name("forkfs");
+    let check = format!(
+        r#"
+import subprocess
+h2 = nbd.NBD()
+h2.add_meta_context("forkfs:changed-since:base")
+h2.connect_uri(h.get_uri())
+def changed():
+    out = []
+    def cb(ctx, offset, e, err):
+        out.extend(e[i] for i in range(0, len(e), 2) if e[i + 1] & 1)
+    h2.block_status(h2.get_size(), 0, cb)
+    return out
+before = changed()
+assert before, before
+r = subprocess.run(["{}", "--store", "{}", "restore", "disk", "base"], capture_output=True)
+assert r.returncode == 0, r.stderr
+print(changed(), bytes(h.pread(4, 0)))
+"#,
+        forkfs.display(),
+        srv.store.display()
+    );
+    let out = nbdsh(&srv.uri("disk"), &check);
+    assert_eq!(out.trim(), "[] b'aaaa'", "{}", srv.log());
 }

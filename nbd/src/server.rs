@@ -78,7 +78,14 @@ async fn handle<S>(
             Ok(Ok(Some(n))) => n,
             Ok(Ok(None)) => return,
             Ok(Err(e)) => {
-                tracing::info!(error = %e, "handshake ended");
+                // A client that just left is not news (a port scan or a
+                // connection churn would flood the log at info).
+                use std::io::ErrorKind::*;
+                if matches!(e.kind(), UnexpectedEof | BrokenPipe | ConnectionReset) {
+                    tracing::debug!(error = %e, "handshake ended");
+                } else {
+                    tracing::info!(error = %e, "handshake ended");
+                }
                 return;
             }
             Err(_) => {

@@ -13,9 +13,17 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 
 /// Pipelines `n` READs of `len` bytes on each of `conns` TCP connections,
-/// lets the server work for a while without reading a byte, then reads
-/// every reply (so all were served). Returns the server's peak RSS in MiB.
-fn slow_readers(srv: &mut Server, conns: usize, n: u64, len: u32) -> u64 {
+/// lets the server work for `hold` without reading a byte (less if its
+/// peak RSS passes `enough` MiB), then reads every reply (so all were
+/// served). Returns the server's peak RSS in MiB.
+fn slow_readers(
+    srv: &mut Server,
+    conns: usize,
+    n: u64,
+    len: u32,
+    hold: Duration,
+    enough: u64,
+) -> u64 {
     let addr = srv.tcp_addr();
     let mut socks: Vec<TcpStream> =
         (0..conns).map(|_| TcpStream::connect(&addr).unwrap()).collect();
@@ -33,9 +41,12 @@ fn slow_readers(srv: &mut Server, conns: usize, n: u64, len: u32) -> u64 {
         s.write_all(&reqs).unwrap();
     }
     // The server does its worst while nobody reads (the old one queued
-    // every reply here); no condition to poll for: the point is that
-    // nothing happens.
-    std::thread::sleep(Duration::from_secs(3));
+    // every reply here). For the bounded server there is no condition to
+    // poll for: the point is that nothing happens.
+    let t = Instant::now();
+    while t.elapsed() < hold && srv.memory_kib().1 >> 10 <= enough {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(srv.alive(), "{}", srv.log());
     let mut data = vec![0u8; len as usize];
     for s in &mut socks {
@@ -60,7 +71,7 @@ fn a_client_that_does_not_read_replies_does_not_grow_the_server() {
     let mut srv = Server::create(&[("disk", 256 * MIB)]);
     let budgets = ["--connection-memory", "64MiB", "--memory", "96MiB", "--max-request", "8MiB"];
     srv.spawn(&[&["--listen", "127.0.0.1:0"][..], &budgets[..]].concat());
-    let peak = slow_readers(&mut srv, 2, 100, 8 << 20);
+    let peak = slow_readers(&mut srv, 2, 100, 8 << 20, Duration::from_secs(3), BOUND_MIB);
     eprintln!("peak RSS with budgets: {peak} MiB");
     assert!(peak < BOUND_MIB, "peak RSS {peak} MiB\n{}", srv.log());
     assert!(srv.stop().success(), "{}", srv.log());
@@ -70,7 +81,7 @@ fn a_client_that_does_not_read_replies_does_not_grow_the_server() {
     std::fs::remove_file(srv.path("server.log")).unwrap();
     let loose = ["--connection-memory", "3GiB", "--memory", "3GiB", "--max-request", "8MiB"];
     srv.spawn(&[&["--listen", "127.0.0.1:0"][..], &loose[..]].concat());
-    let peak = slow_readers(&mut srv, 1, 100, 8 << 20);
+    let peak = slow_readers(&mut srv, 1, 100, 8 << 20, Duration::from_secs(60), BOUND_MIB);
     eprintln!("peak RSS without binding budgets: {peak} MiB");
     assert!(peak > BOUND_MIB, "the load should break the bound without budgets: {peak} MiB");
 }
@@ -132,7 +143,7 @@ fn unix_with_timeout(srv: &Server, t: Duration) -> UnixStream {
 #[test]
 fn handshake_and_idle_timeouts_close_silent_clients_only() {
     let mut srv = Server::create(&[("disk", 16 * MIB)]);
-    srv.spawn(&["--handshake-timeout", "1s", "--idle-timeout", "2s"]);
+    srv.spawn(&["--handshake-timeout", "1s", "--idle-timeout", "3s"]);
     // Silent after the greeting; silent after the client flags; half an option.
     let mut a = unix_with_timeout(&srv, Duration::from_secs(30));
     let mut b = unix_with_timeout(&srv, Duration::from_secs(30));
@@ -149,7 +160,7 @@ fn handshake_and_idle_timeouts_close_silent_clients_only() {
     let busy = std::thread::spawn(move || {
         let (t, mut buf) = (Instant::now(), vec![0u8; 4096]);
         let mut i = 0;
-        while t.elapsed() < Duration::from_secs(5) {
+        while t.elapsed() < Duration::from_secs(6) {
             busy.write_all(&request(0, i, 0, 4096)).unwrap();
             assert_eq!(simple_reply(&mut busy), (0, i));
             busy.read_exact(&mut buf).unwrap();

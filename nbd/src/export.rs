@@ -1,9 +1,10 @@
-//! Exports: what a client attaches to. `VOL` is a block volume's live head
+//! An export: what a client attaches to. `VOL` is a block volume's live head
 //! (read-write); `VOL@VERSION` is one of its versions (read-only). All I/O
 //! is blocking core calls; sessions run them on tokio's blocking pool.
 //! Core errors become NBD errnos in exactly one place, [`errno`], and
 //! option-reply errors (an export that cannot be opened) in one, [`refusal`].
 
+use crate::changed::{ChangedCache, Ranges};
 use crate::persist::clients::{Client, Peer};
 use crate::persist::{End, Mode, Persistence, Touch};
 use crate::proto::{Errno, OptionReplyType};
@@ -11,7 +12,6 @@ use forkfs::{
     BlockHead, ErrorKind, Opened, SnapshotOptions, Store, Target, VersionRecord, VolumeKind,
 };
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -81,9 +81,69 @@ pub struct Export {
     persist: Option<Arc<Persistence>>,
     /// The last metrics report: when, and the safe point count then.
     reported: Mutex<(Instant, u64)>,
+    /// This export in the changed-since cache.
+    key: u64,
+    /// Bumped after every change to the head's content (writes, zeroes,
+    /// flushes and disconnects, which may roll back): a cached diff is
+    /// valid for the count it was computed at.
+    changes: AtomicU64,
+    changed: Arc<ChangedCache>,
 }
 
 impl Export {
+    /// Opens what `target` names; `mode` gives a live volume's consistency.
+    pub fn open(
+        store: &Store,
+        name: &str,
+        target: Target,
+        mode: impl FnOnce(&forkfs::VolumeRecord) -> Mode,
+        changed: Arc<ChangedCache>,
+    ) -> forkfs::Result<Export> {
+        let kind = match &target {
+            Target::Head(v) => v.kind,
+            Target::Version(v) => v.kind,
+        };
+        if kind != VolumeKind::Block {
+            return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
+        }
+        let backing = store.graph().open_block(&target)?;
+        let mut persist = None;
+        let description = match &backing {
+            Opened::Live(h) => {
+                let mode = mode(h.record());
+                persist = Some(Persistence::new(h.clone(), store.clone(), mode)?);
+                format!("forkfs volume {name} (live, {mode:?} consistency)")
+            }
+            Opened::Version(v) => {
+                let v = v.record();
+                format!("forkfs version {}@{} (read-only)", v.volume_name, v.id.short())
+            }
+        };
+        let (size, block_size) = backing.geometry();
+        Ok(Export {
+            name: name.to_string(),
+            description,
+            size,
+            block_size,
+            read_only: matches!(backing, Opened::Version(_)),
+            store: store.clone(),
+            target,
+            backing,
+            counters: Counters::default(),
+            last_checkpoint: Mutex::new(Instant::now()),
+            persist,
+            reported: Mutex::new((Instant::now(), 0)),
+            key: changed.new_key(),
+            changes: AtomicU64::new(0),
+            changed,
+        })
+    }
+
+    /// The head changed (or may have): cached diffs against it are stale.
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
+    }
+
     pub fn read(&self, offset: u64, len: u32) -> forkfs::Result<Vec<u8>> {
         let mut buf = vec![0u8; len as usize];
         self.backing.read_at(offset, &mut buf)?;
@@ -97,7 +157,9 @@ impl Export {
     }
 
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> forkfs::Result<()> {
-        self.head()?.write_at(offset, data)?;
+        let done = self.head()?.write_at(offset, data);
+        self.changed();
+        done?;
         Counters::add(&self.counters.writes, 1);
         Counters::add(&self.counters.bytes_written, data.len() as u64);
         self.persist()?.after_write(offset, Some(data), data.len() as u64, fua)
@@ -105,7 +167,9 @@ impl Export {
 
     /// TRIM and WRITE_ZEROES: metadata only (holes, range tombstones).
     pub fn zero(&self, offset: u64, len: u64, fua: bool) -> forkfs::Result<()> {
-        self.head()?.write_zeroes(offset, len)?;
+        let done = self.head()?.write_zeroes(offset, len);
+        self.changed();
+        done?;
         Counters::add(&self.counters.zeroes, 1);
         self.persist()?.after_write(offset, None, len, fua)
     }
@@ -114,7 +178,9 @@ impl Export {
     /// mode), or what the consistency mode makes of it.
     pub fn flush(&self) -> forkfs::Result<()> {
         if let Some(p) = &self.persist {
-            p.flush()?;
+            let done = p.flush();
+            self.changed();
+            done?;
             Counters::add(&self.counters.flushes, 1);
         }
         Ok(())
@@ -175,10 +241,12 @@ impl Export {
     /// A connection of `client` ended: in btrfs mode an unclean end rolls
     /// back the client's writes since the last safe point.
     pub fn detach(&self, client: Option<&Client>, end: End) {
-        if let (Some(p), Some(c)) = (&self.persist, client)
-            && let Err(e) = p.detach(c, end)
-        {
-            tracing::error!(export = %self.name, error = %e, "persisting after disconnect failed");
+        if let (Some(p), Some(c)) = (&self.persist, client) {
+            let done = p.detach(c, end);
+            self.changed();
+            if let Err(e) = done {
+                tracing::error!(export = %self.name, error = %e, "persisting after disconnect failed");
+            }
         }
     }
 
@@ -239,14 +307,23 @@ impl Export {
         self.backing.allocated_blocks_in(first, last)
     }
 
-    /// Byte ranges changed between version `since` and this export's state.
-    pub fn changed_since(&self, since: &VersionRecord) -> forkfs::Result<Vec<(u64, u64)>> {
-        match self.store.graph().diff(&Target::Version(since.clone()), &self.target)? {
-            forkfs::Diff::Block { ranges, .. } => {
-                Ok(ranges.iter().map(|r| (r.offset, r.len)).collect())
+    /// Byte ranges changed between version `since` and this export's
+    /// state, sorted: from the cache while the head has not changed since
+    /// they were computed.
+    pub fn changed_since(&self, since: &VersionRecord) -> forkfs::Result<Arc<Ranges>> {
+        // Read before diffing: a change that lands during the diff bumps
+        // the count after it, so this entry is never found again.
+        let at = self.changes.load(Ordering::Acquire);
+        self.changed.get_or_compute(self.key, since.id, at, || {
+            match self.store.graph().diff(&Target::Version(since.clone()), &self.target)? {
+                forkfs::Diff::Block { ranges, .. } => {
+                    let mut r: Ranges = ranges.iter().map(|r| (r.offset, r.len)).collect();
+                    r.sort_unstable();
+                    Ok(r)
+                }
+                forkfs::Diff::Fs { .. } => Err(forkfs::Error::invalid("not a block volume")),
             }
-            forkfs::Diff::Fs { .. } => Err(forkfs::Error::invalid("not a block volume")),
-        }
+        })
     }
 
     /// Resolves a version of this export's volume (for meta contexts).
@@ -256,98 +333,5 @@ impl Export {
             Target::Version(v) => Ok(v),
             Target::Head(_) => Err(forkfs::Error::invalid("name a version")),
         }
-    }
-}
-
-/// The exports a server offers, opened on first use and shared by sessions.
-pub struct Exports {
-    store: Store,
-    only: Vec<String>,
-    /// `--consistency`: per volume, and for all (`None`).
-    modes: Vec<(Option<String>, Mode)>,
-    open: Mutex<HashMap<String, Arc<Export>>>,
-}
-
-impl Exports {
-    pub fn new(store: Store, only: Vec<String>, modes: Vec<(Option<String>, Mode)>) -> Exports {
-        Exports { store, only, modes, open: Mutex::new(HashMap::new()) }
-    }
-
-    /// The mode of a live volume: its `--consistency VOL=MODE`, else
-    /// `--consistency MODE`, else the volume's own setting.
-    fn mode_of(&self, vol: &forkfs::VolumeRecord) -> Mode {
-        let named = self.modes.iter().find(|(v, _)| v.as_deref() == Some(vol.name.as_str()));
-        let all = || self.modes.iter().find(|(v, _)| v.is_none());
-        named.or_else(all).map_or(vol.consistency.into(), |(_, m)| *m)
-    }
-
-    fn allowed(&self, name: &str) -> bool {
-        let vol = name.split('@').next().unwrap_or(name);
-        self.only.is_empty() || self.only.iter().any(|o| o == name || o == vol)
-    }
-
-    /// Names for NBD_OPT_LIST: every block volume (or the configured ones).
-    pub fn list(&self) -> forkfs::Result<Vec<(String, String)>> {
-        let mut out = Vec::new();
-        for v in self.store.volumes().list()? {
-            if v.kind == VolumeKind::Block && self.allowed(v.name.as_str()) {
-                out.push((v.name.to_string(), format!("forkfs block volume, {} bytes", v.size)));
-            }
-        }
-        Ok(out)
-    }
-
-    pub fn open(&self, name: &str) -> forkfs::Result<Arc<Export>> {
-        if !self.allowed(name) {
-            return Err(forkfs::Error::not_found(format!("export {name:?} is not served")));
-        }
-        // Held throughout: one Export (and one safe-point detector) per name.
-        let mut open = self.open.lock();
-        if let Some(e) = open.get(name) {
-            return Ok(e.clone());
-        }
-        let mut persist = None;
-        let target = self.store.graph().resolve(name)?;
-        let kind = match &target {
-            Target::Head(v) => v.kind,
-            Target::Version(v) => v.kind,
-        };
-        if kind != VolumeKind::Block {
-            return Err(forkfs::Error::invalid(format!("{name} is not a block volume")));
-        }
-        let backing = self.store.graph().open_block(&target)?;
-        let description = match &backing {
-            Opened::Live(h) => {
-                let mode = self.mode_of(h.record());
-                persist = Some(Persistence::new(h.clone(), self.store.clone(), mode)?);
-                format!("forkfs volume {name} (live, {mode:?} consistency)")
-            }
-            Opened::Version(v) => {
-                let v = v.record();
-                format!("forkfs version {}@{} (read-only)", v.volume_name, v.id.short())
-            }
-        };
-        let (size, block_size) = backing.geometry();
-        let export = Arc::new(Export {
-            name: name.to_string(),
-            description,
-            size,
-            block_size,
-            read_only: matches!(backing, Opened::Version(_)),
-            store: self.store.clone(),
-            target,
-            backing,
-            counters: Counters::default(),
-            last_checkpoint: Mutex::new(Instant::now()),
-            persist,
-            reported: Mutex::new((Instant::now(), 0)),
-        });
-        open.insert(name.to_string(), export.clone());
-        Ok(export)
-    }
-
-    /// Every export opened so far.
-    pub fn opened(&self) -> Vec<Arc<Export>> {
-        self.open.lock().values().cloned().collect()
     }
 }

@@ -1,6 +1,11 @@
 //! `forkfs-nbd`: serves forkfs block volumes over the NBD protocol.
 
+mod admit;
+mod changed;
 mod export;
+mod exports;
+mod limits;
+mod listen;
 mod negotiate;
 mod persist;
 mod proto;
@@ -31,9 +36,15 @@ struct Cli {
 enum Command {
     /// Serve volumes: VOL is the live head (read-write), VOL@VERSION a version (read-only)
     Serve {
-        /// TCP address to listen on [default: 127.0.0.1:10809 unless --socket is given]
+        /// TCP address to listen on [default: 127.0.0.1:10809 unless --socket is given];
+        /// loopback only unless --insecure-listen
         #[arg(long)]
         listen: Option<String>,
+        /// Allow --listen on a non-loopback address: without TLS (not
+        /// supported yet) anyone who reaches it reads and writes every
+        /// served disk
+        #[arg(long)]
+        insecure_listen: bool,
         /// Unix socket to listen on
         #[arg(long)]
         socket: Option<PathBuf>,
@@ -60,7 +71,41 @@ enum Command {
         /// that writes one filesystem from several processes)
         #[arg(long, value_enum, default_value = "peer")]
         client_by: server::ClientBy,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
+}
+
+/// Resource limits (see `limits.rs`).
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Largest READ or WRITE a client may send (advertised as the maximum
+    /// block size); larger ones get EINVAL
+    #[arg(long, default_value = "64MiB", value_parser = parse_size, value_name = "SIZE")]
+    max_request: u64,
+    /// Memory for the requests and replies in flight on one connection;
+    /// a client that does not read its replies stops being read at this
+    #[arg(long, default_value = "256MiB", value_parser = parse_size, value_name = "SIZE")]
+    connection_memory: u64,
+    /// The same for all connections together
+    #[arg(long, default_value = "1GiB", value_parser = parse_size, value_name = "SIZE")]
+    memory: u64,
+    /// Close a connection that has not finished its handshake by then
+    /// (opening an export on a remote store may take a read deadline)
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    handshake_timeout: Duration,
+    /// Close a connection with nothing in flight that sends no request for
+    /// this long; 0 never does
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+    /// Connections at once; more are refused (with NBD_REP_ERR_POLICY
+    /// where the handshake allows)
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    forkfs::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_mode(s: &str) -> Result<(Option<String>, persist::Mode), String> {
@@ -96,12 +141,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         checkpoint_after_flush,
         consistency,
         client_by,
+        insecure_listen,
+        limits: l,
     } = cli.command;
+    if let Some(addr) = &listen {
+        listen::check(addr, insecure_listen)?;
+    }
+    let limits = limits::Limits::new(
+        l.max_request,
+        l.connection_memory,
+        l.memory,
+        l.handshake_timeout,
+        l.idle_timeout,
+        l.max_connections,
+    )
+    .map_err(forkfs::Error::invalid)?;
     let dir = cli.store.unwrap_or_else(forkfs::default_store_dir);
     let store = forkfs::Store::open_with(&dir, &forkfs::Settings::from_env())?;
     // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
     let _control = forkfs::service::serve(store.clone(), Default::default())?;
-    let exports = Arc::new(export::Exports::new(store, export.clone(), consistency));
+    let exports = Arc::new(exports::Exports::new(store, export.clone(), consistency));
     for name in &export {
         exports.open(name).with_context(|| format!("export {name}"))?;
     }
@@ -112,7 +171,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let cfg = server::ServerConfig {
         listen,
         socket,
-        session: session::SessionConfig { checkpoint_after_flush },
+        session: session::SessionConfig { checkpoint_after_flush, limits },
         checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
         client_by,
     };

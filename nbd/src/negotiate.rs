@@ -2,7 +2,8 @@
 //! Every option gets an answer (unknown ones NBD_REP_ERR_UNSUP); only a
 //! broken framing (bad magic, oversized junk) or ABORT ends the connection.
 
-use crate::export::{Export, Exports, refusal};
+use crate::export::{Export, refusal};
+use crate::exports::Exports;
 use crate::proto::consts::{MAX_OPTION_DATA_LEN, OPTION_HEADER_LEN};
 use crate::proto::{
     self, HandshakeFlags, InfoType, OptionReplyType, OptionType, TransmissionFlags,
@@ -11,8 +12,6 @@ use forkfs::VersionRecord;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Largest request payload (and read) a client may send.
-pub const MAX_REQUEST: u32 = 32 << 20;
 /// Option data beyond this is not even drained: the connection is closed.
 const MAX_DRAIN: u64 = 16 << 20;
 pub const CHANGED_SINCE: &str = "forkfs:changed-since:";
@@ -75,9 +74,11 @@ async fn send<S: AsyncWrite + Unpin>(s: &mut S, buf: &mut Vec<u8>) -> std::io::R
 }
 
 /// Runs the handshake. `Ok(None)`: the client left (ABORT, or EOF).
+/// `max_request` is advertised as the largest payload (NBD_INFO_BLOCK_SIZE).
 pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     exports: &Arc<Exports>,
+    max_request: u32,
 ) -> std::io::Result<Option<Negotiated>> {
     let mut out = Vec::with_capacity(256);
     let server_flags = HandshakeFlags::FIXED_NEWSTYLE.union(HandshakeFlags::NO_ZEROES);
@@ -192,10 +193,12 @@ pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
                             proto::encode_info_description(&mut out, option, &export.description)
                                 .map_err(invalid)?;
                         }
+                        // Sent whether asked for or not (the spec allows
+                        // it): qemu and libnbd size their requests by it.
                         let sizes = proto::BlockSizes {
                             min: 1,
-                            preferred: export.block_size,
-                            max: MAX_REQUEST,
+                            preferred: preferred(export.block_size, max_request),
+                            max: max_request,
                         };
                         proto::encode_info_block_size(&mut out, option, sizes);
                         proto::encode_rep_ack(&mut out, option);
@@ -261,6 +264,12 @@ async fn match_contexts(
         }
     }
     found
+}
+
+/// The preferred block size: the export's, unless over the maximum
+/// (then the largest power of two under it, as the spec wants one).
+fn preferred(block_size: u32, max_request: u32) -> u32 {
+    if block_size <= max_request { block_size } else { 1 << (31 - max_request.leading_zeros()) }
 }
 
 pub fn invalid(e: impl std::fmt::Display) -> std::io::Error {

@@ -1,8 +1,11 @@
-//! Listeners and lifecycle: accept TCP and Unix connections, run the
-//! handshake and a session for each, and on shutdown stop accepting, let
-//! sessions finish their in-flight requests, then persist every export.
+//! Listeners and lifecycle: accept TCP and Unix connections (up to the
+//! connection limit, `admit.rs`), run the handshake and a session for
+//! each, and on shutdown stop accepting, end handshakes and idle
+//! connections, let sessions finish their in-flight requests, then persist
+//! every export.
 
-use crate::export::Exports;
+use crate::admit::{Admission, Admit, refuse};
+use crate::exports::Exports;
 use crate::negotiate::negotiate;
 use crate::persist::clients::Peer;
 use crate::session::{SessionConfig, serve};
@@ -14,6 +17,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 pub struct ServerConfig {
     pub listen: Option<String>,
@@ -51,30 +55,93 @@ impl ClientBy {
     }
 }
 
+/// One admitted connection: the handshake (bounded by the handshake
+/// timeout, and ended by a stop), then the session.
 async fn handle<S>(
     mut s: S,
     exports: Arc<Exports>,
     cfg: SessionConfig,
-    stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
     peer: Peer,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let span = tracing::info_span!("conn", %peer);
-    let _e = span.enter();
-    let n = match negotiate(&mut s, &exports).await {
-        Ok(Some(n)) => n,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::info!(error = %e, "handshake ended");
-            return;
-        }
+    let limits = &cfg.limits;
+    let handshake = tokio::time::timeout(
+        limits.handshake_timeout,
+        negotiate(&mut s, &exports, limits.max_request),
+    );
+    let n = tokio::select! {
+        biased;
+        _ = stop.wait_for(|s| *s) => return,
+        r = handshake => match r {
+            Ok(Ok(Some(n))) => n,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                // A client that just left is not news (a port scan or a
+                // connection churn would flood the log at info).
+                use std::io::ErrorKind::*;
+                if matches!(e.kind(), UnexpectedEof | BrokenPipe | ConnectionReset) {
+                    tracing::debug!(error = %e, "handshake ended");
+                } else {
+                    tracing::info!(error = %e, "handshake ended");
+                }
+                return;
+            }
+            Err(_) => {
+                tracing::info!(after = ?limits.handshake_timeout, "handshake timeout; closing");
+                return;
+            }
+        },
     };
     let name = n.export.name.clone();
     tracing::info!(export = %name, structured = n.structured, "attached");
     match serve(s, n, peer, cfg, stop).await {
         Ok(()) => tracing::info!(export = %name, "detached"),
         Err(e) => tracing::info!(export = %name, error = %e, "connection ended"),
+    }
+}
+
+/// Starts serving (or refusing) an accepted connection. The span is
+/// attached to the task, not entered across its awaits: an entered span
+/// held over an `.await` became the parent of every later connection's
+/// span, a chain that grew with each connection (130,000 connections:
+/// 240 MB) until dropping it overflowed the stack.
+fn start<S>(
+    conns: &mut tokio::task::JoinSet<()>,
+    admission: &Admission,
+    s: S,
+    exports: &Arc<Exports>,
+    cfg: &SessionConfig,
+    stop: &watch::Receiver<bool>,
+    peer: Peer,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let span = tracing::info_span!(parent: None, "conn", %peer);
+    match admission.admit() {
+        Admit::Serve(slot) => {
+            let conn = handle(s, exports.clone(), cfg.clone(), stop.clone(), peer);
+            conns.spawn(
+                async move {
+                    conn.await;
+                    drop(slot);
+                }
+                .instrument(span),
+            );
+        }
+        Admit::Refuse(slot) => {
+            let msg = admission.message();
+            span.in_scope(|| tracing::warn!("{msg}; refusing a connection"));
+            conns.spawn(
+                async move {
+                    refuse(s, msg).await;
+                    drop(slot);
+                }
+                .instrument(span),
+            );
+        }
+        Admit::Close => drop(s),
     }
 }
 
@@ -107,6 +174,7 @@ pub async fn run(
         tracing::info!(path = %p.display(), "listening (unix)");
     }
     let (stop_tx, stop_rx) = watch::channel(false);
+    let admission = Admission::new(cfg.session.limits.max_connections);
     let mut conns = tokio::task::JoinSet::new();
     let mut timer = tokio::time::interval(cfg.checkpoint_every);
     timer.tick().await;
@@ -127,11 +195,11 @@ pub async fn run(
             Ok((s, peer)) = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
                 let _ = s.set_nodelay(true);
                 let peer = cfg.client_by.tcp(peer);
-                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), peer));
+                start(&mut conns, &admission, s, &exports, &cfg.session, &stop_rx, peer);
             }
             Ok((s, _)) = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
                 let peer = cfg.client_by.unix(&s);
-                conns.spawn(handle(s, exports.clone(), cfg.session.clone(), stop_rx.clone(), peer));
+                start(&mut conns, &admission, s, &exports, &cfg.session, &stop_rx, peer);
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }

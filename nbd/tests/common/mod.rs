@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod attach;
+pub mod raw;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -7,9 +7,13 @@
 mod common;
 
 mod btrfs;
+mod changed;
 mod chaos;
 mod clients;
 mod consistency;
 mod consistency_clients;
 mod errors;
+mod lifecycle;
+mod limits;
 mod maintenance;
+mod sizes;

@@ -34,7 +34,7 @@ pub struct Tombstone {
     pub pack: String,
     /// When the GC wrote it (ms since the epoch, the GC host's clock).
     pub at_ms: u64,
-    /// The store id of the host whose GC retired it.
+    /// The host id of the host whose GC retired it.
     pub by: String,
     /// For a compaction: the pack its live chunks (as that GC saw them)
     /// were copied into, uploaded before this record was written.
@@ -69,7 +69,7 @@ impl Tombstone {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Ack {
     pub format: u8,
-    /// The host's store id (32 hex), unique per index.
+    /// The host id (32 hex): one per index (`records::keys::HOST_ID`).
     pub host: String,
     pub hostname: String,
     pub pid: u32,

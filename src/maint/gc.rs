@@ -164,7 +164,7 @@ impl Store {
         let shared = self.remote().is_some() && !self.gc_unsafe_immediate_delete();
         if shared && !opts.dry_run {
             let stall = self.remote().map(|r| r.stall()).unwrap_or_default();
-            report.absorbed = absorb::absorb_locked(self.storage(), self.id(), stall)?;
+            report.absorbed = absorb::absorb_locked(self.storage(), self.host_id(), stall)?;
             self.gc_reap(grace_ms, &mut report)?;
         }
         // An index behind the object store would make live data look dead.
@@ -463,7 +463,7 @@ impl Store {
     ) -> Result<()> {
         let backend = self.chunks().backend();
         if shared {
-            tombstone::put_tombstone(backend, &Tombstone::new(*pack, self.id(), replacement))?;
+            tombstone::put_tombstone(backend, &Tombstone::new(*pack, self.host_id(), replacement))?;
             report.tombstones_written += 1;
             Ok(())
         } else {

@@ -67,7 +67,7 @@ pub fn parse_gc_tombstone(key: &Path) -> Option<PackId> {
     PackId::parse(name)
 }
 
-/// The acknowledgement of host `host` (a store id: 32 hex).
+/// The acknowledgement of host `host` (its host id: 32 hex).
 pub fn gc_ack(host: &str) -> Path {
     Path::from(format!("{GC_ACKS}/{host}.json"))
 }

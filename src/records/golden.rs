@@ -110,6 +110,7 @@ fn golden_keys_and_small_values() {
         ("meta", keys::tag(vol, "before")),
         ("meta", keys::NEXT_VOLUME_ID.to_string()),
         ("meta", keys::STORE_ID.to_string()),
+        ("meta", keys::HOST_ID.to_string()),
         ("object", objects::pack(&pack).to_string()),
         ("object", objects::quarantine(&pack).to_string()),
         ("object", objects::version(&v).to_string()),
@@ -128,8 +129,8 @@ fn golden_keys_and_small_values() {
     let want = String::from_utf8(want).expect("text");
     let field = |i: usize| want.lines().nth(i).and_then(|l| l.split('\t').nth(1)).expect("a line");
     let p = |s: &str| object_store::path::Path::from(s);
-    assert_eq!(objects::parse_pack(&p(field(13))), Some(pack));
-    assert_eq!(objects::parse_tag(&p(field(19))), Some((vol, "before".to_string())));
-    assert_eq!(super::parse_id(field(22).as_bytes(), "golden").expect("an id"), v);
-    assert_eq!(field(21).parse::<u64>().expect("a mark"), 65_536);
+    assert_eq!(objects::parse_pack(&p(field(14))), Some(pack));
+    assert_eq!(objects::parse_tag(&p(field(20))), Some((vol, "before".to_string())));
+    assert_eq!(super::parse_id(field(23).as_bytes(), "golden").expect("an id"), v);
+    assert_eq!(field(22).parse::<u64>().expect("a mark"), 65_536);
 }

@@ -6,6 +6,10 @@ use crate::id::{VersionId, VolumeId};
 pub const NEXT_VOLUME_ID: &str = "next-volume-id";
 /// The id of the store this index belongs to (see `store/identity.rs`).
 pub const STORE_ID: &str = "store-id";
+/// This host's id among the hosts of a shared store: its name in GC's
+/// acknowledgements (`gc-acks/<host id>.json`). One per index; the store id
+/// is the same on every host of a bucket.
+pub const HOST_ID: &str = "host-id";
 /// Prefix of every volume record (keyed by name).
 pub const VOLUME_PREFIX: &str = "vol/";
 /// Prefix of every version record.

@@ -12,7 +12,7 @@
 //! 3. in one batch, under the lock writers report under, the pack leaves
 //!    the index; a chunk a writer deduplicated against since the mark keeps
 //!    the pack for the next round (not acknowledged);
-//! 4. the acknowledgement `gc-acks/<store id>.json` lists every tombstone
+//! 4. the acknowledgement `gc-acks/<host id>.json` lists every tombstone
 //!    whose pack this host no longer indexes.
 //!
 //! Runs at every tick of the remote side (a third of the lease term) and
@@ -217,13 +217,46 @@ fn copy_needed(
 
 /// Writes this host's first acknowledgement (none absorbed yet) if it has
 /// none, before it indexes anything: from then on every GC waits for it.
-pub(crate) fn register(storage: &Storage, host: &str) -> Result<()> {
+///
+/// A host whose last acknowledgement is older than the GC host `timeout`
+/// was taken for gone: a GC meanwhile may have deleted packs it still
+/// indexes. It says so loudly, naming them, when it finds any.
+pub(crate) fn register(storage: &Storage, host: &str, timeout: Duration) -> Result<()> {
     let backend = storage.chunks.backend();
-    if backend.get_versioned(&keys::gc_ack(host))?.is_some() {
-        return Ok(());
+    let Some((raw, _)) = backend.get_versioned(&keys::gc_ack(host))? else {
+        return tombstone::put_ack(backend, &Ack::now(host, Vec::new()));
+    };
+    let last: Option<Ack> = serde_json::from_slice(&raw).ok();
+    let silent = last.map(|a| crate::clock::now_ms().saturating_sub(a.at_ms));
+    if silent.is_some_and(|ms| u128::from(ms) > timeout.as_millis()) {
+        let gone = reaped_while_away(storage)?;
+        if !gone.is_empty() {
+            tracing::error!(
+                packs = gone.len(),
+                example = %gone[0],
+                silent_s = silent.unwrap_or_default() / 1000,
+                "this host was silent for longer than the gc host timeout and a gc took it for \
+                 gone: packs its index names are no longer in the object store; run `forkfs \
+                 fsck` (and `forkfs fsck --repair` to rebuild what can be rebuilt)"
+            );
+        }
     }
-    let ack = Ack::now(host, Vec::new());
-    tombstone::put_ack(backend, &ack)
+    Ok(())
+}
+
+/// Packs this host indexes that are not in the object store (nor queued in
+/// its outbox, which listings include).
+fn reaped_while_away(storage: &Storage) -> Result<Vec<PackId>> {
+    let backend = storage.chunks.backend();
+    let present: HashSet<String> =
+        backend.list(keys::PACKS)?.into_iter().map(|m| m.location.to_string()).collect();
+    let mut gone = Vec::new();
+    for (p, _) in storage.chunks.index().packs()? {
+        if !present.contains(keys::pack(&p).as_ref()) {
+            gone.push(p);
+        }
+    }
+    Ok(gone)
 }
 
 /// Whether `t` is absorbed by `ack`.

@@ -70,6 +70,21 @@ pub(super) fn settle(
     }
 }
 
+/// This host's id among the hosts of a shared store (`keys::HOST_ID`),
+/// made on first use. Every host that joins a bucket takes the store id
+/// from its `store.json`, so GC cannot tell hosts apart by that: one
+/// host's acknowledgement would stand for all of them.
+pub(super) fn host_id(db: &Db) -> Result<String> {
+    if let Some(id) = db.get_json::<String>(keys::HOST_ID)? {
+        return Ok(id);
+    }
+    let id = new_id();
+    let mut b = Batch::default();
+    db.put_json(&mut b, keys::HOST_ID, &id)?;
+    db.write(b, true)?;
+    Ok(id)
+}
+
 /// Replaces `forkfs.json` atomically and durably.
 fn rewrite_config(dir: &Path, config: &StoreConfig) -> Result<()> {
     let tmp = dir.join(format!("{CONFIG_FILE}.tmp"));

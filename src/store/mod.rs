@@ -48,6 +48,8 @@ struct Inner {
     storage: Arc<Storage>,
     /// One GC at a time.
     gc_lock: Mutex<()>,
+    /// On a shared store: this host's name in GC acknowledgements.
+    host_id: String,
     /// On a shared store: hosts silent for longer are taken for gone by GC.
     gc_host_timeout: std::time::Duration,
     /// See [`Settings::test_gc_unsafe_immediate_delete`].
@@ -219,9 +221,13 @@ impl Store {
         // Every host of a shared store takes part in its GC: registered
         // before it indexes anything, then absorbing tombstones at the pace
         // of lease renewals (`absorb.rs`).
+        let host_id = match &remote {
+            Some(_) => identity::host_id(&db)?,
+            None => String::new(),
+        };
         if let Some(r) = &remote {
-            let host = config.id.clone().unwrap_or_default();
-            absorb::register(&storage, &host)?;
+            let host = host_id.clone();
+            absorb::register(&storage, &host, settings.gc_host_timeout())?;
             let (s, stall) = (storage.clone(), r.stall());
             let every = (settings.lease_ttl() / 3).max(std::time::Duration::from_millis(100));
             r.start_ticker(
@@ -245,6 +251,7 @@ impl Store {
                 remote,
                 storage,
                 gc_lock: Mutex::new(()),
+                host_id,
                 gc_host_timeout: settings.gc_host_timeout(),
                 gc_unsafe_immediate_delete: settings.test_gc_unsafe_immediate_delete,
             }),
@@ -301,9 +308,9 @@ impl Store {
         &self.inner.gc_lock
     }
 
-    /// This store's identity (its host id in a shared store's GC).
-    pub(crate) fn id(&self) -> &str {
-        self.inner.config.id.as_deref().unwrap_or_default()
+    /// This host's id in a shared store's GC (empty on a store of one host).
+    pub(crate) fn host_id(&self) -> &str {
+        &self.inner.host_id
     }
 
     /// On a shared store, how long a silent host still counts for GC.

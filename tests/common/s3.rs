@@ -37,16 +37,33 @@ impl S3 {
     }
 
     fn create_bucket(&self, bucket: &str) -> bool {
+        self.request("PUT", &format!("/{bucket}")).is_some()
+    }
+
+    /// The keys under `prefix` in `bucket` (up to 1,000: the tests' few).
+    pub fn list(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let body = self
+            .request("GET", &format!("/{bucket}?list-type=2&prefix={prefix}"))
+            .unwrap_or_else(|| panic!("listing {bucket}/{prefix} on moto failed"));
+        body.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_string()))
+            .collect()
+    }
+
+    /// One plain HTTP request (moto checks no signatures); the response
+    /// when its status is 200.
+    fn request(&self, method: &str, path: &str) -> Option<String> {
         use std::io::{Read, Write};
         let addr = self.endpoint.trim_start_matches("http://");
-        let Ok(mut s) = std::net::TcpStream::connect(addr) else { return false };
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
         let req = format!(
-            "PUT /{bucket} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
         let mut resp = String::new();
-        s.write_all(req.as_bytes()).is_ok()
-            && s.read_to_string(&mut resp).is_ok()
-            && resp.starts_with("HTTP/1.1 200")
+        s.write_all(req.as_bytes()).ok()?;
+        s.read_to_string(&mut resp).ok()?;
+        resp.starts_with("HTTP/1.1 200").then_some(resp)
     }
 }
 

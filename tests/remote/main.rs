@@ -9,5 +9,6 @@ mod remote;
 mod remote_crash;
 mod remote_faults;
 mod remote_gc;
+mod remote_gc_hosts;
 mod remote_outage;
 mod remote_takeover;

@@ -89,6 +89,8 @@ pub enum Posix {
     Unsupported,
     /// ENOSPC
     NoSpace,
+    /// ENXIO (lseek: no data or hole past the offset)
+    NoSuchAddress,
 }
 
 impl Posix {

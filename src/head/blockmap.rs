@@ -175,4 +175,34 @@ impl BlockMap<'_> {
         }
         Ok(set.into_iter().collect())
     }
+
+    /// The first block at or after `first` (up to `last`) that may hold
+    /// data (`data`) or that is a hole (`!data`); `None` if there is none
+    /// up to `last`. Cost: the allocated blocks passed over.
+    pub fn next(&self, first: u64, last: u64, data: bool) -> Result<Option<u64>> {
+        const WINDOW: u64 = 4096;
+        let mut at = first;
+        while at <= last {
+            let end = at.saturating_add(WINDOW - 1).min(last);
+            let found = self.allocated(at, end)?;
+            let hit = if data {
+                found.first().copied()
+            } else {
+                // The first index of the window missing from the list.
+                let mut want = at;
+                for k in found {
+                    if k != want {
+                        break;
+                    }
+                    want += 1;
+                }
+                (want <= end).then_some(want)
+            };
+            if hit.is_some() || end == u64::MAX {
+                return Ok(hit);
+            }
+            at = end + 1;
+        }
+        Ok(None)
+    }
 }

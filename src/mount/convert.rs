@@ -24,6 +24,7 @@ pub fn errno(e: &Error) -> Errno {
             Posix::TooManyLinks => libc::EMLINK,
             Posix::Unsupported => libc::EOPNOTSUPP,
             Posix::NoSpace => libc::ENOSPC,
+            Posix::NoSuchAddress => libc::ENXIO,
         },
         None => match e.kind() {
             ErrorKind::NotFound => libc::ENOENT,

@@ -9,8 +9,8 @@ use forkfs::fs::{Content, FileKind, Inode, NewNode, ROOT_INO, RenameMode, SetAtt
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -256,6 +256,25 @@ impl Filesystem for Fuse {
         reply: ReplyData,
     ) {
         answer!(reply, self.ws.read(ino.0, offset, size), |b| reply.data(&b))
+    }
+
+    /// Only SEEK_DATA and SEEK_HOLE reach a filesystem (the kernel does
+    /// the rest).
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let r = match (u64::try_from(offset), whence) {
+            (Ok(o), libc::SEEK_DATA) => self.ws.seek(ino.0, o, true),
+            (Ok(o), libc::SEEK_HOLE) => self.ws.seek(ino.0, o, false),
+            _ => Err(Error::posix(Posix::Invalid, "lseek: bad offset or whence")),
+        };
+        answer!(reply, r, |o| reply.offset(o as i64))
     }
 
     fn write(

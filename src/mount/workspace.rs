@@ -134,6 +134,14 @@ impl Workspace {
         Ok(buf)
     }
 
+    /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE in a file anywhere in
+    /// the mount.
+    pub fn seek(&self, fuse_ino: u64, offset: u64, data: bool) -> Result<u64, Error> {
+        let (r, ino, _) =
+            self.at(fuse_ino)?.ok_or_else(|| Error::posix(Posix::IsDir, "is a directory"))?;
+        r.seek(&r.inode(ino)?, offset, data)
+    }
+
     /// One page of a directory: (cookie key, FUSE inode, kind, name), and
     /// the key to continue after.
     pub fn list(&self, fuse_ino: u64, after: u64) -> Result<Listing, Error> {

@@ -9,7 +9,7 @@ use crate::common::mount::{
     run, setxattr,
 };
 use std::collections::{BTreeSet, HashMap};
-use std::os::unix::fs::{FileExt, symlink};
+use std::os::unix::fs::{FileExt, MetadataExt, symlink};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
@@ -164,6 +164,74 @@ fn sparse_files_read_zeros_in_holes() {
     let f = std::fs::File::open(m.path("s")).unwrap();
     assert_eq!(f.metadata().unwrap().len(), 2 * gib);
     assert_eq!((read(&f, 0, 4), read(&f, gib, 4)), (b"head".to_vec(), b"tail".to_vec()));
+}
+
+/// `lseek(fd, off, whence)`: the offset, or the errno.
+fn seek(f: &std::fs::File, off: u64, whence: i32) -> Result<u64, i32> {
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off as libc::off_t, whence) };
+    if r < 0 { Err(crate::common::mount::errno()) } else { Ok(r as u64) }
+}
+
+/// SEEK_DATA and SEEK_HOLE on a sparse file, live (the overlay), after a
+/// remount and in a version under `.forkfs` (the stored map): data where
+/// blocks were written, holes (block-granular) elsewhere, the end of the
+/// file a hole, ENXIO past it, as ext4 answers for the same file.
+#[test]
+fn seek_data_and_hole_find_the_written_blocks() {
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "seek", &["--checkpoint-every", "0"]);
+    let gib = 1u64 << 30;
+    let f = std::fs::File::create_new(m.path("s")).unwrap();
+    f.write_all_at(b"head", 0).unwrap();
+    f.write_all_at(b"tail", gib).unwrap();
+    f.set_len(2 * gib).unwrap();
+    let bs = f.metadata().unwrap().blksize();
+    assert!(bs >= 4096 && gib % bs == 0, "block size {bs}");
+    let (data, hole) = (libc::SEEK_DATA, libc::SEEK_HOLE);
+    let expect = [
+        (0, data, Ok(0)),
+        (2, data, Ok(2)),
+        (0, hole, Ok(bs)),
+        (bs, data, Ok(gib)),
+        (gib / 2, hole, Ok(gib / 2)),
+        (gib + 1, data, Ok(gib + 1)),
+        (gib, hole, Ok(gib + bs)),
+        (gib + bs, data, Err(libc::ENXIO)),
+        (gib + bs, hole, Ok(gib + bs)),
+        (2 * gib - 1, hole, Ok(2 * gib - 1)),
+        (2 * gib, data, Err(libc::ENXIO)),
+        (2 * gib, hole, Err(libc::ENXIO)),
+    ];
+    let check = |f: &std::fs::File, ctx: &str| {
+        for (off, whence, want) in expect {
+            let name = if whence == data { "SEEK_DATA" } else { "SEEK_HOLE" };
+            assert_eq!(seek(f, off, whence), want, "{name} from {off} ({ctx})");
+        }
+    };
+    check(&f, "mounted");
+    // A file of inline bytes is all data.
+    std::fs::write(m.path("small"), b"abc").unwrap();
+    let small = std::fs::File::open(m.path("small")).unwrap();
+    assert_eq!((seek(&small, 1, data), seek(&small, 1, hole)), (Ok(1), Ok(3)));
+    assert_eq!(seek(&small, 3, data), Err(libc::ENXIO));
+    drop((f, small));
+    crate::common::ok(&store, &["snapshot", "seek", "--name", "sparse"]);
+    let m = remount(m);
+    check(&std::fs::File::open(m.path("s")).unwrap(), "after a remount");
+    let frozen = m.path(".forkfs/versions/sparse/s");
+    check(&std::fs::File::open(frozen).unwrap(), "in a version");
+    // The same file on the disk under the test (ext4 or tmpfs) answers alike.
+    let native = tempfile::tempdir().unwrap();
+    let n = std::fs::File::create_new(native.path().join("s")).unwrap();
+    n.write_all_at(b"head", 0).unwrap();
+    n.write_all_at(b"tail", gib).unwrap();
+    n.set_len(2 * gib).unwrap();
+    for (off, whence) in [(bs, data), (gib + bs, data), (2 * gib, hole), (gib / 2, hole)] {
+        assert_eq!(
+            seek(&n, off, whence),
+            expect.iter().find(|e| (e.0, e.1) == (off, whence)).unwrap().2
+        );
+    }
 }
 
 #[test]

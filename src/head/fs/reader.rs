@@ -171,6 +171,30 @@ impl<'a> FsReader<'a> {
         Ok(n)
     }
 
+    /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE from `offset`: the first
+    /// offset at or after it in data, or in a hole (found at block
+    /// granularity; the end of the file is a hole). ENXIO at or past the
+    /// end, and for SEEK_DATA when only holes follow.
+    pub fn seek(&self, inode: &Inode, offset: u64, data: bool) -> Result<u64> {
+        let nxio =
+            || Error::posix(Posix::NoSuchAddress, format!("offset {offset} is past the data"));
+        if offset >= inode.size {
+            return Err(nxio());
+        }
+        let base = match &inode.content {
+            Content::Inline(_) => return Ok(if data { offset } else { inode.size }),
+            Content::Blocks(base) => *base,
+            _ => return Err(Error::invalid(format!("inode {} is not a regular file", inode.ino))),
+        };
+        let bs = self.block_size;
+        let last = (inode.size - 1) / bs;
+        match self.blocks(inode.ino, base).next(offset / bs, last, data)? {
+            Some(b) => Ok((b * bs).max(offset)),
+            None if data => Err(nxio()),
+            None => Ok(inode.size),
+        }
+    }
+
     pub(super) fn blocks(&self, ino: u64, base: MapRoot) -> BlockMap<'a> {
         BlockMap {
             view: self.view,

@@ -120,7 +120,6 @@ pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
 /// requests in progress, and so releases its handle on the store: the store
 /// (and RocksDB) must be closed before the process exits.
 pub struct Server {
-    path: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -144,36 +143,102 @@ impl Extensions {
     }
 }
 
+/// How often the listener looks at its flag and at its socket file.
+const TICK: std::time::Duration = std::time::Duration::from_millis(200);
+/// How often it checks that its socket file is still the one it bound.
+const CHECK_FILE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Serves the control socket of `store` on a background thread. Call only
 /// while holding the store open (so any old socket file is stale).
+///
+/// The socket file cannot be lost for good: when it is removed or
+/// replaced (a tmp cleaner, a person), the listener binds it again within
+/// a second, so the store never stays held by a process nobody can reach.
+/// Stopping needs no connection to it either.
 pub fn serve(store: Store, extensions: Extensions) -> Result<Server> {
-    use std::os::unix::fs::PermissionsExt;
     let path = store.dir().join(SOCKET);
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let mut listener = Listener::bind(&path)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let served = extensions;
     let thread = std::thread::Builder::new().name("forkfs-control".into()).spawn(move || {
         let mut requests: Vec<std::thread::JoinHandle<()>> = Vec::new();
-        for conn in listener.incoming() {
-            if flag.load(Ordering::SeqCst) {
-                break;
+        let mut checked = std::time::Instant::now();
+        while !flag.load(Ordering::SeqCst) {
+            if checked.elapsed() >= CHECK_FILE {
+                checked = std::time::Instant::now();
+                if !listener.still_bound() {
+                    match Listener::bind(&path) {
+                        Ok(l) => {
+                            tracing::warn!(path = %path.display(), "the control socket was removed or replaced: bound again");
+                            listener = l;
+                        }
+                        Err(e) => tracing::error!(path = %path.display(), error = %e, "the control socket was removed and cannot be bound again"),
+                    }
+                }
             }
+            let Some(conn) = listener.accept(TICK) else { continue };
             requests.retain(|t| !t.is_finished());
-            let Ok(conn) = conn else { continue };
             let (store, served) = (store.clone(), served.clone());
             let spawned = std::thread::Builder::new()
                 .name("forkfs-control-req".into())
                 .spawn(move || handle(&store, &served, conn));
             requests.extend(spawned.ok());
         }
+        listener.remove();
         for t in requests {
             let _ = t.join();
         }
     })?;
-    Ok(Server { path, stop, thread: Some(thread) })
+    Ok(Server { stop, thread: Some(thread) })
+}
+
+/// The listening socket and the file it is bound to.
+struct Listener {
+    socket: UnixListener,
+    path: PathBuf,
+    /// (device, inode) of the socket file this listener made.
+    file: (u64, u64),
+}
+
+impl Listener {
+    fn bind(path: &Path) -> Result<Listener> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let _ = std::fs::remove_file(path);
+        let socket = UnixListener::bind(path)?;
+        socket.set_nonblocking(true)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        let m = std::fs::symlink_metadata(path)?;
+        Ok(Listener { socket, path: path.to_path_buf(), file: (m.dev(), m.ino()) })
+    }
+
+    /// Whether the socket file is still the one this listener bound.
+    fn still_bound(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file)
+    }
+
+    /// A connection, waiting at most `wait` for one.
+    fn accept(&self, wait: std::time::Duration) -> Option<UnixStream> {
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd for the duration of the call.
+        if unsafe { libc::poll(&mut fd, 1, ms) } <= 0 {
+            return None;
+        }
+        let (conn, _) = self.socket.accept().ok()?;
+        // Requests are read and answered blocking, each on its thread.
+        conn.set_nonblocking(false).ok()?;
+        Some(conn)
+    }
+
+    /// Removes the socket file if it is still this listener's.
+    fn remove(&self) {
+        if self.still_bound() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
@@ -202,9 +267,6 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag.
-        let _ = UnixStream::connect(&self.path);
-        let _ = std::fs::remove_file(&self.path);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

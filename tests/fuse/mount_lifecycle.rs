@@ -1,7 +1,8 @@
 //! The mount's life cycle (issue 17): a volume is mountable again the
 //! moment its unmount returns, whoever unmounted it; `forkfs umount` says
 //! who keeps a busy mount busy and has `--lazy`; it never unmounts what
-//! forkfs did not mount.
+//! forkfs did not mount; a removed control socket comes back, and the
+//! mount process stays stoppable without it.
 
 use crate::common::mount::{Mounted, is_fuse_mount, mount_pid, new_store, statfs_type, wait_gone};
 use crate::common::{Tmpfs, fails, forkfs, ok};
@@ -111,4 +112,39 @@ fn umount_of_a_busy_mount_names_its_users_and_lazy_detaches_it() {
     // Its last checkpoint holds the file.
     let again = Mounted::new(&store, "ws", &[]);
     assert_eq!(std::fs::read(again.path("kept")).unwrap(), b"written before the umount");
+}
+
+/// The control socket removed or replaced under a running mount (a tmp
+/// cleaner, a person): the mount binds it again, so commands reach it
+/// and `forkfs umount` returns; after one more removal SIGTERM still ends
+/// the mount process with its writes saved. Before, commands failed with
+/// "its control socket does not answer" until someone SIGKILLed the
+/// process, and SIGTERM left it running.
+#[test]
+fn a_removed_control_socket_comes_back_and_the_mount_stays_stoppable() {
+    let (d, store) = new_store();
+    let sock = store.join("control.sock");
+    let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("a"), b"before").unwrap();
+    std::fs::remove_file(&sock).unwrap();
+    let t = std::time::Instant::now();
+    ok(&store, &["snapshot", "ws", "--name", "after-removal"]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(10), "took {:?}", t.elapsed());
+    std::fs::remove_file(&sock).unwrap();
+    std::fs::write(&sock, b"not a socket").unwrap();
+    ok(&store, &["log", "ws"]);
+    m.unmount();
+
+    // SIGTERM to a mount whose socket is gone.
+    let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("b"), b"written last").unwrap();
+    std::fs::remove_file(&sock).unwrap();
+    unsafe { libc::kill(m.pid() as i32, libc::SIGTERM) };
+    assert!(wait_gone(m.pid(), 30), "the mount process outlived SIGTERM by 30 s:\n{}", m.log());
+    assert!(!is_fuse_mount(m.dir()), "still mounted after SIGTERM");
+    // The store is free and holds both writes.
+    let out = d.path().join("out");
+    ok(&store, &["export", "ws", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(out.join("a")).unwrap(), b"before");
+    assert_eq!(std::fs::read(out.join("b")).unwrap(), b"written last");
 }

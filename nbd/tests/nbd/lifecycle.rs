@@ -60,3 +60,64 @@ fn sigterm_ends_the_server_with_clients_stuck_and_keeps_acknowledged_writes() {
 fn sigint_does_the_same() {
     stop_with_stuck_clients(libc::SIGINT);
 }
+
+/// A control request straight to the store's socket; the answer's line.
+fn control(store: &std::path::Path, request: &str) -> std::io::Result<String> {
+    use std::io::{BufRead, BufReader};
+    let mut s = UnixStream::connect(store.join("control.sock"))?;
+    s.write_all(format!("{request}\n").as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line)?;
+    Ok(line)
+}
+
+/// Waits up to `limit` for `f` to answer.
+fn within<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The control socket removed or replaced under a running server (a tmp
+/// cleaner, a person): the server binds it again within seconds, so
+/// commands reach it and the store is never held by a process nobody can
+/// reach; after one more removal SIGTERM still ends it. Then the store
+/// directory itself goes away: SIGTERM still ends the server in bounded
+/// time (before, its control thread waited on the vanished socket for
+/// ever, and `stopped` was logged by a process that never exited).
+#[test]
+fn a_removed_control_socket_comes_back_and_sigterm_ends_the_server_without_it() {
+    let mut srv = Server::start(&[("disk", 64 * MIB)]);
+    let sock = srv.store.join("control.sock");
+    let volumes = r#"{"op":"volumes"}"#;
+    assert!(control(&srv.store, volumes).unwrap().contains("disk"));
+    std::fs::remove_file(&sock).unwrap();
+    let back = within(Duration::from_secs(10), || control(&srv.store, volumes).ok());
+    let back = back.unwrap_or_else(|| panic!("the socket did not come back:\n{}", srv.log()));
+    assert!(back.contains("disk"), "{back}");
+    // Replaced by something else: the same.
+    std::fs::remove_file(&sock).unwrap();
+    std::fs::write(&sock, b"not a socket").unwrap();
+    let back = within(Duration::from_secs(10), || control(&srv.store, volumes).ok());
+    assert!(back.is_some_and(|b| b.contains("disk")), "{}", srv.log());
+    std::fs::remove_file(&sock).unwrap();
+    srv.signal(libc::SIGTERM);
+    let st = srv.wait_exit(Duration::from_secs(30));
+    let st = st.unwrap_or_else(|| panic!("no exit within 30 s of SIGTERM:\n{}", srv.log()));
+    assert_eq!(st.code(), Some(0), "{}", srv.log());
+
+    // The store directory gone under a running server.
+    srv.spawn(&[]);
+    nbdsh(&srv.uri("disk"), "h.pwrite(b'\\x5a' * 4096, 0)\nh.flush()");
+    std::fs::remove_dir_all(&srv.store).unwrap();
+    srv.signal(libc::SIGTERM);
+    let st = srv.wait_exit(Duration::from_secs(30));
+    assert!(st.is_some(), "no exit within 30 s of SIGTERM without its store:\n{}", srv.log());
+}

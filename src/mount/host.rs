@@ -258,6 +258,11 @@ impl Host {
     }
 
     /// Unmounts everything (a stop signal).
+    /// The mount points this process serves now.
+    pub fn mount_points(&self) -> Vec<PathBuf> {
+        self.state.lock().unmounters.iter().map(|(d, _)| d.clone()).collect()
+    }
+
     pub fn unmount_all(&self) {
         let mut st = self.state.lock();
         for (dir, u) in st.unmounters.iter_mut() {

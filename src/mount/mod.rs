@@ -45,6 +45,12 @@ pub struct Args {
     /// access times)
     #[arg(short = 'o', long = "options", value_delimiter = ',')]
     pub options: Vec<String>,
+    /// After SIGTERM, SIGINT or SIGHUP, how long the mounts may take to
+    /// unmount and save (a busy mount waits for its users) before the
+    /// process detaches them and exits at once; a second signal does so
+    /// sooner
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub stop_timeout: Duration,
 }
 
 /// Set in the background child of `--daemon`: it reports on stdout.
@@ -100,7 +106,7 @@ fn serve(store_dir: &Path, settings: &Settings, a: &Args, report: bool) -> Resul
         store.flush()?;
         return Err(e.into());
     }
-    stop_on_signals(signals, host.clone())?;
+    stop_on_signals(signals, host.clone(), a.stop_timeout)?;
     ready(
         report,
         std::process::id(),
@@ -230,15 +236,69 @@ fn block_stop_signals() -> libc::sigset_t {
 }
 
 /// SIGTERM, SIGINT and SIGHUP unmount everything this process serves
-/// (each session then ends normally, with a last checkpoint).
-fn stop_on_signals(set: libc::sigset_t, host: Arc<host::Host>) -> Result<()> {
+/// (each session then ends normally, with a last checkpoint). A second
+/// signal, or `stop_timeout` without the process ending (a mount whose
+/// users keep it busy, a checkpoint that does not finish), detaches every
+/// mount and exits at once with 75: what was fsynced is in the data log
+/// and comes back at the next open; writes not yet fsynced are lost, as
+/// in a crash.
+fn stop_on_signals(
+    set: libc::sigset_t,
+    host: Arc<host::Host>,
+    stop_timeout: Duration,
+) -> Result<()> {
     std::thread::Builder::new().name("forkfs-signals".into()).spawn(move || {
-        let mut sig = 0;
-        unsafe { libc::sigwait(&set, &mut sig) };
+        let sig = next_signal(&set, None).unwrap_or_default();
         tracing::info!(signal = sig, "unmounting");
         host.unmount_all();
+        let why = match next_signal(&set, Some(stop_timeout)) {
+            Some(s) => format!("a second signal ({s})"),
+            None => format!("--stop-timeout {} passed", humantime::format_duration(stop_timeout)),
+        };
+        for dir in host.mount_points() {
+            if let Err(e) = umount::unmount(&dir, true) {
+                tracing::error!(dir = %dir.display(), error = %e, "cannot detach");
+            }
+        }
+        tracing::error!(
+            "stopping now ({why}): mounts detached without their last checkpoint; writes \
+             fsynced are kept (recovered at the next open), writes not yet fsynced are lost"
+        );
+        // No destructors: threads may still be inside the store.
+        unsafe { libc::_exit(75) };
     })?;
     Ok(())
+}
+
+/// The next of the signals in `set`, waiting at most `wait` (`None`:
+/// for ever); `None` when the wait ran out.
+fn next_signal(set: &libc::sigset_t, wait: Option<Duration>) -> Option<i32> {
+    loop {
+        let r = match wait {
+            None => {
+                let mut sig = 0;
+                // SAFETY: a valid set and out-pointer.
+                match unsafe { libc::sigwait(set, &mut sig) } {
+                    0 => sig,
+                    _ => -1,
+                }
+            }
+            Some(w) => {
+                let ts = libc::timespec {
+                    tv_sec: w.as_secs() as libc::time_t,
+                    tv_nsec: w.subsec_nanos() as libc::c_long,
+                };
+                // SAFETY: a valid set and timeout; no siginfo wanted.
+                unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) }
+            }
+        };
+        if r > 0 {
+            return Some(r);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return None;
+        }
+    }
 }
 
 /// Records a version every `every` while something changed; stops (and

@@ -65,7 +65,7 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
 
 /// Unmounts `dir` (`lazy`: detached even if busy). A busy mount is
 /// refused with the processes that use it.
-fn unmount(dir: &Path, lazy: bool) -> Result<()> {
+pub(super) fn unmount(dir: &Path, lazy: bool) -> Result<()> {
     let mut fusermount = std::process::Command::new("fusermount3");
     fusermount.arg("-u");
     if lazy {

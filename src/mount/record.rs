@@ -122,6 +122,11 @@ fn live(store: &Path) -> Vec<Entry> {
     rd.flatten().filter_map(|e| read(e.path())).filter(|m| alive(m.pid)).collect()
 }
 
+/// True when process `pid` serves a mount of `store` other than `dir`.
+pub fn serves_other(store: &Path, pid: u32, dir: &Path) -> bool {
+    live(store).iter().any(|m| m.pid == pid && m.dir != dir)
+}
+
 /// True when process `pid` still serves a mount of `store`.
 pub fn serves_any(store: &Path, pid: u32) -> bool {
     live(store).iter().any(|m| m.pid == pid)

@@ -17,6 +17,11 @@ pub struct UmountArgs {
     /// its last checkpoint, when the last of them lets go
     #[arg(long)]
     pub lazy: bool,
+    /// Unmount even if busy (detached at once) and stop the mount's
+    /// process unless it serves other mounts: its users get errors from
+    /// then on, writes fsynced are kept, writes not yet fsynced are lost
+    #[arg(long, conflicts_with = "lazy")]
+    pub force: bool,
 }
 
 /// `forkfs umount DIR`: unmounts a forkfs mount (never another), then
@@ -33,6 +38,9 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         Some(_) => {}
     }
     let holder = record::Record::find(store_dir, &dir);
+    if a.force {
+        return force(store_dir, &dir, holder);
+    }
     unmount(&dir, a.lazy)?;
     if let Some(pid) = holder {
         let wait = if a.lazy { Duration::from_secs(2) } else { Duration::from_secs(60) };
@@ -61,6 +69,54 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `forkfs umount --force`: unmounts `dir`, detaching it if busy; then
+/// stops its process `holder` unless that serves other mounts or ends on
+/// its own within 2 s: SIGTERM, then a second SIGTERM (the mount process
+/// then detaches and exits at once, `mount/mod.rs`).
+fn force(store_dir: &Path, dir: &Path, holder: Option<u32>) -> Result<()> {
+    if unmount(dir, false).is_err() {
+        unmount(dir, true)?;
+    }
+    let Some(pid) = holder else { return Ok(()) };
+    if wait_for_end(store_dir, dir, pid, Duration::from_secs(2)) {
+        return match record::Record::take_failure(store_dir, dir) {
+            Some(f) => bail!(Error::new(
+                f.kind,
+                format!("{} unmounted, but not all was saved: {}", dir.display(), f.message)
+            )),
+            None => Ok(()),
+        };
+    }
+    if record::serves_other(store_dir, pid, dir) {
+        bail!(Error::conflict(format!(
+            "{} is detached, but process {pid} serves other mounts too, so it was not \
+             stopped: the mount ends, with its last checkpoint, when its users let go",
+            dir.display()
+        )));
+    }
+    // A second of grace after the first (a last checkpoint may finish),
+    // five after the second.
+    for ticks in [50, 250] {
+        // SAFETY: kill(2) with a pid and a signal; no memory involved.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let gone = (0..ticks).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            !record::alive(pid)
+        });
+        if gone {
+            eprintln!(
+                "forkfs: {} detached and process {pid} stopped (writes fsynced are kept)",
+                dir.display()
+            );
+            return Ok(());
+        }
+    }
+    bail!(Error::new(
+        forkfs::ErrorKind::Unavailable,
+        format!("{} is detached, but process {pid} did not stop after two SIGTERMs", dir.display())
+    ))
 }
 
 /// Unmounts `dir` (`lazy`: detached even if busy). A busy mount is

@@ -186,3 +186,65 @@ fn sigterm_ends_a_busy_mount_after_its_stop_timeout_or_a_second_signal() {
         assert_eq!(std::fs::read(out.join(name)).unwrap(), name.as_bytes(), "{name} lost");
     }
 }
+
+/// `forkfs umount --force` on a busy mount: detached at once, its process
+/// stopped, the command returns 0; the fsynced write is kept and the
+/// volume mounts again. Plain `forkfs umount` refuses the same mount.
+#[test]
+fn umount_force_detaches_a_busy_mount_and_stops_its_process() {
+    use std::io::Write;
+    let (d, store) = new_store();
+    let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
+    let mut f = std::fs::File::create(m.path("kept")).unwrap();
+    f.write_all(b"fsynced").unwrap();
+    f.sync_all().unwrap();
+    let dir = m.dir().to_str().unwrap().to_string();
+    let refused = forkfs(&store, &["umount", &dir]);
+    assert_eq!(refused.status.code(), Some(75), "a busy mount was unmounted");
+    let t = std::time::Instant::now();
+    ok(&store, &["umount", "--force", &dir]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(15), "took {:?}", t.elapsed());
+    assert!(wait_gone(m.pid(), 0), "the mount process still runs:\n{}", m.log());
+    assert!(!is_fuse_mount(m.dir()), "still mounted");
+    drop(f);
+    let out = d.path().join("out");
+    ok(&store, &["export", "ws", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(out.join("kept")).unwrap(), b"fsynced");
+    let again = Mounted::new(&store, "ws", &[]);
+    assert_eq!(std::fs::read(again.path("kept")).unwrap(), b"fsynced");
+}
+
+/// The FUSE connection aborted through the kernel
+/// (`/sys/fs/fuse/connections/N/abort`, as an administrator does with a
+/// hung mount): the mount process notices, ends its mount with a last
+/// checkpoint and exits on its own; the store is free and holds the
+/// fsynced write.
+#[test]
+fn a_mount_whose_fuse_connection_is_aborted_exits_on_its_own() {
+    use std::io::Write;
+    let ctl = std::path::Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(ctl).map(|mut d| d.next().is_none()).unwrap_or(true) {
+        // Not mounted yet (fusectl); an error if it was meanwhile is fine.
+        let _ =
+            std::process::Command::new("mount").args(["-t", "fusectl", "none"]).arg(ctl).status();
+    }
+    let (d, store) = new_store();
+    let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
+    let mut f = std::fs::File::create(m.path("kept")).unwrap();
+    f.write_all(b"fsynced").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let dev = crate::common::mount::lstat(m.dir()).st_dev;
+    assert_eq!(libc::major(dev), 0, "a FUSE mount has an anonymous device");
+    let abort = ctl.join(libc::minor(dev).to_string()).join("abort");
+    std::fs::write(&abort, b"1").unwrap_or_else(|e| panic!("{}: {e}", abort.display()));
+    assert!(
+        wait_gone(m.pid(), 30),
+        "the mount process outlived its aborted connection:\n{}",
+        m.log()
+    );
+    crate::common::mount::lazy_unmount(m.dir());
+    let out = d.path().join("out");
+    ok(&store, &["export", "ws", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(out.join("kept")).unwrap(), b"fsynced");
+}

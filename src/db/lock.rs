@@ -1,10 +1,14 @@
 //! The store's directory lock: one process opens a store at a time. Taken
 //! with `flock` on `<store>/lock` before anything else is opened, so "in
 //! use" is known from the lock itself, never from another component's
-//! error message, and it goes with the process however it ends.
+//! error message, and it goes with the process however it ends. The lock
+//! file names its holder (pid, host, start, command line), so "in use"
+//! says who holds the store and how to stop it.
 
 use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
 use std::fs::File;
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -30,14 +34,72 @@ impl DirLock {
         if rc != 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let by = Holder::of(dir).map(|h| format!(" ({h})")).unwrap_or_default();
                 return Err(Error::store_in_use(format!(
-                    "the store at {} is in use by another forkfs process",
+                    "the store at {} is in use by another forkfs process{by}",
                     dir.display()
                 )));
             }
             return Err(Error::from(e).context(format!("locking {}", path.display())));
         }
+        // Who holds it, for whoever finds it held; best effort (the lock
+        // itself is the flock).
+        let mut file = file;
+        let me = serde_json::to_vec(&Holder::me()).unwrap_or_default();
+        let _ = file.set_len(0).and_then(|()| file.write_all(&me));
         Ok(DirLock { _file: file })
+    }
+}
+
+/// The process holding a store, as its lock file says.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    pub host: String,
+    /// When it took the lock (ms since the epoch).
+    pub since_ms: u64,
+    /// Its command line.
+    pub command: String,
+}
+
+impl Holder {
+    fn me() -> Holder {
+        let mut name = [0u8; 256];
+        // SAFETY: gethostname writes at most `len` bytes into our buffer.
+        let host = match unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } {
+            0 => {
+                let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+                String::from_utf8_lossy(&name[..end]).into_owned()
+            }
+            _ => String::new(),
+        };
+        Holder {
+            pid: std::process::id(),
+            host,
+            since_ms: crate::clock::now_ms(),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        }
+    }
+
+    /// The holder the lock file of the store at `dir` names, if it names
+    /// one (a store last held by an older forkfs has an empty file).
+    pub fn of(dir: &Path) -> Option<Holder> {
+        serde_json::from_slice(&std::fs::read(dir.join(LOCK_FILE)).ok()?).ok()
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.since_ms);
+        write!(
+            f,
+            "pid {} on {}, since {}: `{}`; `kill {}` (SIGTERM) stops it",
+            self.pid,
+            self.host,
+            humantime::format_rfc3339_seconds(since),
+            self.command,
+            self.pid
+        )
     }
 }
 
@@ -51,6 +113,11 @@ mod tests {
         let first = DirLock::take(dir.path()).unwrap();
         let e = DirLock::take(dir.path()).err().expect("a second lock must fail");
         assert!(e.is_store_in_use(), "{e}");
+        // It names the holder: this process.
+        let me = std::process::id();
+        assert!(e.to_string().contains(&format!("pid {me} on ")), "{e}");
+        assert!(e.to_string().contains(&format!("`kill {me}`")), "{e}");
+        assert_eq!(Holder::of(dir.path()).map(|h| h.pid), Some(me));
         drop(first);
         DirLock::take(dir.path()).expect("free again once the holder is gone");
     }

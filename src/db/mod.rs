@@ -14,6 +14,7 @@
 //! Uses only the foundation (errors).
 
 pub mod lock;
+pub use lock::Holder;
 
 use crate::error::{Error, Result};
 use rocksdb::{

@@ -85,8 +85,9 @@ pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
     // A holder that holds the lock but no longer answers is on its way
     // out (the socket goes first); callers wait for it (see `run`).
     let mut s = UnixStream::connect(&path).map_err(|e| {
+        let by = crate::db::Holder::of(dir).map(|h| format!(" ({h})")).unwrap_or_default();
         Error::new(ErrorKind::Unavailable, format!(
-            "the store at {} is in use by another process, and its control socket does not answer ({e})",
+            "the store at {} is in use by another process{by}, and its control socket does not answer ({e})",
             dir.display()
         ))
         .with_detail(Detail::HolderExiting)

@@ -209,3 +209,21 @@ fn sparse_images_import_exactly() {
         assert!(std::fs::read(&out).unwrap() == want, "{vol}: export differs from the image");
     }
 }
+
+/// A store held by a process without a control socket (here this test,
+/// through the library): a command waits briefly, then fails in one line
+/// naming the holder (pid, host, start, command line) and how to stop it.
+#[test]
+fn a_held_store_names_its_holder() {
+    let (_d, s) = store();
+    let held = forkfs::Store::open(&s).expect("open the store in this process");
+    let (code, err) = fails(&s, &["volume", "list"]);
+    let me = std::process::id();
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains(&format!("pid {me} on ")), "{err}");
+    assert!(err.contains(&format!("`kill {me}`")), "{err}");
+    let exe = std::env::args().next().unwrap_or_default();
+    assert!(err.contains(&exe), "the holder's command line is not named: {err}");
+    drop(held);
+    ok(&s, &["volume", "list"]);
+}

@@ -1,13 +1,13 @@
-//! Where the server may listen. NBD has no encryption or authentication
-//! here yet (TLS is a later step), so whoever reaches a TCP listener reads
-//! and writes every served disk: only loopback addresses are allowed unless
-//! the operator says `--insecure-listen`. Unix sockets are always allowed
-//! (their file mode guards them).
+//! Where the server may listen. Without client certificates (TLS with
+//! `--tls-client-ca`, `tls.rs`) whoever reaches a TCP listener reads and
+//! writes every served disk: only loopback addresses are allowed then,
+//! unless the operator says `--insecure-listen`. Unix sockets are always
+//! allowed (their file mode guards them).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
 /// Checks `--listen ADDR`: every address it resolves to must be loopback,
-/// unless `insecure`. The error is one line and says what to do.
+/// unless `insecure` (or clients are authenticated). The error is one line and says what to do.
 pub fn check(addr: &str, insecure: bool) -> forkfs::Result<()> {
     let resolved: Vec<SocketAddr> = addr
         .to_socket_addrs()
@@ -19,9 +19,9 @@ pub fn check(addr: &str, insecure: bool) -> forkfs::Result<()> {
     match resolved.iter().find(|a| !a.ip().to_canonical().is_loopback()) {
         None if !resolved.is_empty() => Ok(()),
         found => Err(forkfs::Error::invalid(format!(
-            "refusing to listen on {addr}{}: not a loopback address, and NBD here has no TLS yet, \
-             so anyone who reaches it could read and write every served disk; \
-             pass --insecure-listen to do it anyway",
+            "refusing to listen on {addr}{}: not a loopback address, and without client \
+             certificates anyone who reaches it could read and write every served disk; \
+             give --tls-cert, --tls-key and --tls-client-ca, or pass --insecure-listen",
             found.map(|a| format!(" ({})", a.ip())).unwrap_or_default()
         ))),
     }

@@ -12,6 +12,7 @@ mod proto;
 mod safepoint;
 mod server;
 mod session;
+mod tls;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -37,14 +38,27 @@ enum Command {
     /// Serve volumes: VOL is the live head (read-write), VOL@VERSION a version (read-only)
     Serve {
         /// TCP address to listen on [default: 127.0.0.1:10809 unless --socket is given];
-        /// loopback only unless --insecure-listen
+        /// loopback only unless TLS with client certificates
+        /// (--tls-client-ca) or --insecure-listen
         #[arg(long)]
         listen: Option<String>,
-        /// Allow --listen on a non-loopback address: without TLS (not
-        /// supported yet) anyone who reaches it reads and writes every
+        /// Allow --listen on a non-loopback address without client
+        /// certificates: anyone who reaches it reads and writes every
         /// served disk
         #[arg(long)]
         insecure_listen: bool,
+        /// This server's certificate chain (PEM). With --tls-key, every
+        /// connection must upgrade to TLS (NBD_OPT_STARTTLS) before it may
+        /// list, query or attach
+        #[arg(long, value_name = "FILE")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM)
+        #[arg(long, value_name = "FILE")]
+        tls_key: Option<PathBuf>,
+        /// CA certificate(s) (PEM): clients must present a certificate
+        /// signed by one of them (the access control)
+        #[arg(long, value_name = "FILE")]
+        tls_client_ca: Option<PathBuf>,
         /// Unix socket to listen on
         #[arg(long)]
         socket: Option<PathBuf>,
@@ -142,10 +156,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         consistency,
         client_by,
         insecure_listen,
+        tls_cert,
+        tls_key,
+        tls_client_ca,
         limits: l,
     } = cli.command;
+    let files = tls::TlsFiles { cert: tls_cert, key: tls_key, client_ca: tls_client_ca };
+    let tls = files.load().map_err(|e| forkfs::Error::invalid(format!("{e:#}")))?;
     if let Some(addr) = &listen {
-        listen::check(addr, insecure_listen)?;
+        let authenticated = tls.as_ref().is_some_and(|t| t.verifies_clients);
+        listen::check(addr, insecure_listen || authenticated)?;
     }
     let limits = limits::Limits::new(
         l.max_request,
@@ -174,6 +194,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         session: session::SessionConfig { checkpoint_after_flush, limits },
         checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
         client_by,
+        tls,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -24,6 +24,26 @@ pub enum MetaContext {
     ChangedSince(VersionRecord),
 }
 
+/// What the option haggling came to.
+pub enum Outcome {
+    /// Attach to an export.
+    Attach(Negotiated),
+    /// The client left (ABORT, or EOF).
+    Left,
+    /// STARTTLS was acknowledged: the caller upgrades the connection, then
+    /// runs [`options`] again over TLS (the spec starts the options over).
+    StartTls,
+}
+
+/// TLS as the option loop sees it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TlsState {
+    /// The server has TLS, and so requires it.
+    pub required: bool,
+    /// This connection is upgraded already.
+    pub active: bool,
+}
+
 /// What the handshake agreed on.
 pub struct Negotiated {
     pub export: Arc<Export>,
@@ -73,28 +93,37 @@ async fn send<S: AsyncWrite + Unpin>(s: &mut S, buf: &mut Vec<u8>) -> std::io::R
     Ok(())
 }
 
-/// Runs the handshake. `Ok(None)`: the client left (ABORT, or EOF).
-/// `max_request` is advertised as the largest payload (NBD_INFO_BLOCK_SIZE).
-pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
-    s: &mut S,
-    exports: &Arc<Exports>,
-    max_request: u32,
-) -> std::io::Result<Option<Negotiated>> {
-    let mut out = Vec::with_capacity(256);
+/// Sends the greeting and reads the client's flags; whether the client
+/// wants no zeroes after an EXPORT_NAME reply.
+pub async fn greet<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> std::io::Result<bool> {
+    let mut out = Vec::with_capacity(32);
     let server_flags = HandshakeFlags::FIXED_NEWSTYLE.union(HandshakeFlags::NO_ZEROES);
     proto::encode_greeting(&mut out, server_flags);
     send(s, &mut out).await?;
     let mut cf = [0u8; 4];
     s.read_exact(&mut cf).await?;
     let client = proto::decode_client_flags(&cf, server_flags).map_err(invalid)?;
-    let no_zeroes = client.contains(proto::ClientFlags::NO_ZEROES);
+    Ok(client.contains(proto::ClientFlags::NO_ZEROES))
+}
+
+/// Answers options until the client attaches, leaves or starts TLS.
+/// `max_request` is advertised as the largest payload (NBD_INFO_BLOCK_SIZE).
+/// A server with TLS answers nothing but STARTTLS and ABORT before it.
+pub async fn options<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    exports: &Arc<Exports>,
+    max_request: u32,
+    no_zeroes: bool,
+    tls: TlsState,
+) -> std::io::Result<Outcome> {
+    let mut out = Vec::with_capacity(256);
     let mut structured = false;
     let mut contexts: Vec<MetaContext> = Vec::new();
     loop {
         let mut hdr = [0u8; OPTION_HEADER_LEN];
         match s.read_exact(&mut hdr).await {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(Outcome::Left),
             Err(e) => return Err(e),
         }
         let (option, len) = match proto::decode_option_header(&hdr) {
@@ -121,7 +150,34 @@ pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
         s.read_exact(&mut data).await?;
         let err =
             |out: &mut Vec<u8>, kind, msg: &str| proto::encode_rep_error(out, option, kind, msg);
+        if tls.required && !tls.active {
+            match option {
+                OptionType::StartTls | OptionType::Abort => {}
+                // No way to refuse politely here: the protocol closes.
+                OptionType::ExportName => return Err(invalid("TLS is required")),
+                _ => {
+                    err(
+                        &mut out,
+                        OptionReplyType::ErrTlsReqd,
+                        "TLS is required (NBD_OPT_STARTTLS)",
+                    );
+                    send(s, &mut out).await?;
+                    continue;
+                }
+            }
+        }
         match option {
+            OptionType::StartTls if tls.required => {
+                if tls.active {
+                    err(&mut out, OptionReplyType::ErrInvalid, "TLS is on already");
+                } else if !data.is_empty() {
+                    err(&mut out, OptionReplyType::ErrInvalid, "STARTTLS takes no data");
+                } else {
+                    proto::encode_rep_ack(&mut out, option);
+                    send(s, &mut out).await?;
+                    return Ok(Outcome::StartTls);
+                }
+            }
             OptionType::ExportName => {
                 let name = proto::parse_export_name(&data).map_err(invalid)?;
                 // No way to refuse politely here: the protocol closes.
@@ -133,12 +189,12 @@ pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
                     no_zeroes,
                 );
                 send(s, &mut out).await?;
-                return Ok(Some(Negotiated { export, structured, contexts }));
+                return Ok(Outcome::Attach(Negotiated { export, structured, contexts }));
             }
             OptionType::Abort => {
                 proto::encode_rep_ack(&mut out, option);
                 let _ = send(s, &mut out).await;
-                return Ok(None);
+                return Ok(Outcome::Left);
             }
             OptionType::List => {
                 if !data.is_empty() {
@@ -204,7 +260,11 @@ pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
                         proto::encode_rep_ack(&mut out, option);
                         if option == OptionType::Go {
                             send(s, &mut out).await?;
-                            return Ok(Some(Negotiated { export, structured, contexts }));
+                            return Ok(Outcome::Attach(Negotiated {
+                                export,
+                                structured,
+                                contexts,
+                            }));
                         }
                     }
                 }

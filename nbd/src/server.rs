@@ -6,9 +6,10 @@
 
 use crate::admit::{Admission, Admit, refuse};
 use crate::exports::Exports;
-use crate::negotiate::negotiate;
+use crate::negotiate::{Negotiated, Outcome, TlsState, greet, invalid, options};
 use crate::persist::clients::Peer;
 use crate::session::{SessionConfig, serve};
+use crate::tls::Tls;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +27,8 @@ pub struct ServerConfig {
     /// Versions are also taken on this timer when a head changed.
     pub checkpoint_every: Duration,
     pub client_by: ClientBy,
+    /// With TLS every connection must upgrade first (`tls.rs`).
+    pub tls: Option<Tls>,
 }
 
 /// What makes connections one client (see `persist/clients.rs`).
@@ -55,27 +58,63 @@ impl ClientBy {
     }
 }
 
+/// A connection past its handshake, plain or upgraded to TLS.
+enum Attached<S> {
+    Plain(S, Negotiated),
+    Tls(Box<tokio_rustls::server::TlsStream<S>>, Negotiated),
+}
+
+/// The handshake: greeting, options, and with TLS the upgrade and the
+/// options again over it. `Ok(None)`: the client left.
+async fn handshake<S>(
+    mut s: S,
+    exports: &Arc<Exports>,
+    max_request: u32,
+    tls: Option<&Tls>,
+) -> std::io::Result<Option<Attached<S>>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let no_zeroes = greet(&mut s).await?;
+    let plain = TlsState { required: tls.is_some(), active: false };
+    match options(&mut s, exports, max_request, no_zeroes, plain).await? {
+        Outcome::Left => Ok(None),
+        Outcome::Attach(n) => Ok(Some(Attached::Plain(s, n))),
+        Outcome::StartTls => {
+            let tls = tls.ok_or_else(|| invalid("STARTTLS without TLS"))?;
+            let mut t = tls.acceptor.accept(s).await?;
+            let on = TlsState { required: true, active: true };
+            match options(&mut t, exports, max_request, no_zeroes, on).await? {
+                Outcome::Attach(n) => Ok(Some(Attached::Tls(Box::new(t), n))),
+                Outcome::Left => Ok(None),
+                Outcome::StartTls => Err(invalid("STARTTLS over TLS")),
+            }
+        }
+    }
+}
+
 /// One admitted connection: the handshake (bounded by the handshake
 /// timeout, and ended by a stop), then the session.
 async fn handle<S>(
-    mut s: S,
+    s: S,
     exports: Arc<Exports>,
     cfg: SessionConfig,
     mut stop: watch::Receiver<bool>,
     peer: Peer,
+    tls: Option<Tls>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = &cfg.limits;
     let handshake = tokio::time::timeout(
         limits.handshake_timeout,
-        negotiate(&mut s, &exports, limits.max_request),
+        handshake(s, &exports, limits.max_request, tls.as_ref()),
     );
-    let n = tokio::select! {
+    let attached = tokio::select! {
         biased;
         _ = stop.wait_for(|s| *s) => return,
         r = handshake => match r {
-            Ok(Ok(Some(n))) => n,
+            Ok(Ok(Some(a))) => a,
             Ok(Ok(None)) => return,
             Ok(Err(e)) => {
                 // A client that just left is not news (a port scan or a
@@ -94,8 +133,25 @@ async fn handle<S>(
             }
         },
     };
+    match attached {
+        Attached::Plain(s, n) => session(s, n, peer, cfg, stop, false).await,
+        Attached::Tls(t, n) => session(*t, n, peer, cfg, stop, true).await,
+    }
+}
+
+/// The transmission phase of an attached connection.
+async fn session<S>(
+    s: S,
+    n: Negotiated,
+    peer: Peer,
+    cfg: SessionConfig,
+    stop: watch::Receiver<bool>,
+    tls: bool,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let name = n.export.name.clone();
-    tracing::info!(export = %name, structured = n.structured, "attached");
+    tracing::info!(export = %name, structured = n.structured, tls, "attached");
     match serve(s, n, peer, cfg, stop).await {
         Ok(()) => tracing::info!(export = %name, "detached"),
         Err(e) => tracing::info!(export = %name, error = %e, "connection ended"),
@@ -112,7 +168,7 @@ fn start<S>(
     admission: &Admission,
     s: S,
     exports: &Arc<Exports>,
-    cfg: &SessionConfig,
+    cfg: &ServerConfig,
     stop: &watch::Receiver<bool>,
     peer: Peer,
 ) where
@@ -121,7 +177,8 @@ fn start<S>(
     let span = tracing::info_span!(parent: None, "conn", %peer);
     match admission.admit() {
         Admit::Serve(slot) => {
-            let conn = handle(s, exports.clone(), cfg.clone(), stop.clone(), peer);
+            let (session, tls) = (cfg.session.clone(), cfg.tls.clone());
+            let conn = handle(s, exports.clone(), session, stop.clone(), peer, tls);
             conns.spawn(
                 async move {
                     conn.await;
@@ -195,11 +252,11 @@ pub async fn run(
             Ok((s, peer)) = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
                 let _ = s.set_nodelay(true);
                 let peer = cfg.client_by.tcp(peer);
-                start(&mut conns, &admission, s, &exports, &cfg.session, &stop_rx, peer);
+                start(&mut conns, &admission, s, &exports, &cfg, &stop_rx, peer);
             }
             Ok((s, _)) = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
                 let peer = cfg.client_by.unix(&s);
-                start(&mut conns, &admission, s, &exports, &cfg.session, &stop_rx, peer);
+                start(&mut conns, &admission, s, &exports, &cfg, &stop_rx, peer);
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }

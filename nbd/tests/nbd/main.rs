@@ -17,3 +17,4 @@ mod lifecycle;
 mod limits;
 mod maintenance;
 mod sizes;
+mod tls;

@@ -99,7 +99,10 @@ fn listening_beyond_loopback_needs_insecure_listen() {
         assert_eq!(out.status.code(), Some(64), "{err}");
         let lines: Vec<_> = err.trim_end().lines().collect();
         assert_eq!(lines.len(), 1, "{err}");
-        assert!(lines[0].contains("--insecure-listen") && lines[0].contains("TLS"), "{err}");
+        assert!(
+            lines[0].contains("--insecure-listen") && lines[0].contains("--tls-client-ca"),
+            "{err}"
+        );
     }
     // Bad flag values are refused the same way.
     let out = serve(&["--socket", "/nonexistent/x.sock", "--connection-memory", "1MiB"]);

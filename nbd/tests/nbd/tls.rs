@@ -1,0 +1,270 @@
+//! TLS and access control through libnbd (GnuTLS) over TCP on loopback:
+//! with a certificate every connection must upgrade before it may list,
+//! query or attach; with a client CA only clients holding a certificate
+//! it signed get in. Certificates are made per test with `openssl`.
+
+use crate::common::{Server, nbdsh, need, run};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+/// Runs `openssl ARGS` in `dir`, asserting success.
+fn openssl(dir: &Path, args: &[&str]) {
+    need("openssl");
+    let out = Command::new("openssl").current_dir(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A key and a certificate `name` signed by `ca` (or self-signed), with
+/// the extensions `ext` (an openssl extension file's lines).
+fn issue(dir: &Path, name: &str, ca: Option<&str>, subject: &str, ext: &str) {
+    let key = format!("{name}-key.pem");
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+    let ext_file = format!("{name}.ext");
+    match ca {
+        None => {
+            let mut a = vec!["req", "-x509", "-days", "2", "-subj", subject, "-keyout", &key];
+            a.extend_from_slice(&ec);
+            let out = format!("{name}-cert.pem");
+            a.extend_from_slice(&["-out", &out, "-extensions", "v3", "-config", &ext_file]);
+            openssl(dir, &a);
+        }
+        Some(ca) => {
+            let csr = format!("{name}.csr");
+            let mut a = vec!["req", "-new", "-subj", subject, "-keyout", &key, "-out", &csr];
+            a.extend_from_slice(&ec);
+            openssl(dir, &a);
+            let (ca_cert, ca_key) = (format!("{ca}-cert.pem"), format!("{ca}-key.pem"));
+            let out = format!("{name}-cert.pem");
+            openssl(
+                dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-days",
+                    "2",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    &ca_cert,
+                    "-CAkey",
+                    &ca_key,
+                    "-CAcreateserial",
+                    "-out",
+                    &out,
+                    "-extfile",
+                    &ext_file,
+                    "-extensions",
+                    "v3",
+                ],
+            );
+        }
+    }
+}
+
+/// Certificates for one test: a CA, the server's (127.0.0.1), a client's
+/// signed by the CA, a client's signed by another CA; and libnbd's
+/// `tls-certificates` directories: `good` (a signed client certificate),
+/// `rogue` (the other), `anonymous` (none).
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new(root: &Path) -> Pki {
+        let dir = root.join("pki");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = "[req]\ndistinguished_name=dn\n[dn]\n[v3]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n";
+        issue(&dir, "ca", None, "/CN=forkfs test CA", ca);
+        issue(&dir, "other-ca", None, "/CN=someone else's CA", ca);
+        let server = "[v3]\nbasicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
+        issue(&dir, "server", Some("ca"), "/CN=127.0.0.1", server);
+        let client = "[v3]\nbasicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+        issue(&dir, "client", Some("ca"), "/CN=allowed client", client);
+        issue(&dir, "rogue", Some("other-ca"), "/CN=rogue client", client);
+        for (set, who) in [("good", Some("client")), ("rogue", Some("rogue")), ("anonymous", None)]
+        {
+            let d = dir.join(set);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::copy(dir.join("ca-cert.pem"), d.join("ca-cert.pem")).unwrap();
+            if let Some(who) = who {
+                std::fs::copy(dir.join(format!("{who}-cert.pem")), d.join("client-cert.pem"))
+                    .unwrap();
+                std::fs::copy(dir.join(format!("{who}-key.pem")), d.join("client-key.pem"))
+                    .unwrap();
+            }
+        }
+        Pki { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_string()
+    }
+
+    /// The server's arguments: TLS, and with `clients` the client CA.
+    fn server_args(&self, clients: bool) -> Vec<String> {
+        let mut a = vec![
+            "--tls-cert".to_string(),
+            self.path("server-cert.pem"),
+            "--tls-key".to_string(),
+            self.path("server-key.pem"),
+        ];
+        if clients {
+            a.extend(["--tls-client-ca".to_string(), self.path("ca-cert.pem")]);
+        }
+        a
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts `srv` listening on TCP too, with `args`; the TCP address.
+fn spawn_tcp(srv: &mut Server, args: &[String]) -> String {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut a: Vec<&str> = vec!["--listen", &addr];
+    a.extend(args.iter().map(String::as_str));
+    srv.spawn(&a);
+    addr
+}
+
+fn tls_uri(addr: &str, export: &str, certs: &str) -> String {
+    format!("nbds://{addr}/{export}?tls-certificates={certs}")
+}
+
+/// `nbdsh` on a TLS URI (which names local certificate files: allowed
+/// explicitly, as nbdinfo does).
+fn tls_nbdsh(uri: &str, script: &str) -> String {
+    let connect = format!("h.set_uri_allow_local_file(True)\nh.connect_uri({uri:?})\n{script}");
+    crate::common::ok("nbdsh", &["-c", &connect])
+}
+
+/// Whether `nbdinfo URI` gets through, and what it said.
+fn info(uri: &str) -> (bool, String) {
+    let out = run("nbdinfo", &[uri]);
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), said)
+}
+
+#[test]
+fn client_certificates_are_the_access_control_and_tls_is_required() {
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    let pki = Pki::new(srv.dir.path());
+    let addr = spawn_tcp(&mut srv, &pki.server_args(true));
+    let log = |srv: &Server| srv.log();
+
+    // A client with a certificate the CA signed: in, writes and reads.
+    let good = tls_uri(&addr, "disk", &pki.path("good"));
+    let out = tls_nbdsh(
+        &good,
+        "h.pwrite(b'\\x7e' * 65536, 1 << 20)\nh.flush()\nprint(h.pread(65536, 1 << 20) == b'\\x7e' * 65536)",
+    );
+    assert_eq!(out.trim(), "True", "{}", log(&srv));
+    let list = run(
+        "nbdinfo",
+        &["--list", &format!("nbds://{addr}/?tls-certificates={}", pki.path("good"))],
+    );
+    assert!(list.status.success() && String::from_utf8_lossy(&list.stdout).contains("disk"));
+
+    // Without TLS, without a certificate, with another CA's: not in.
+    let refused = [
+        ("plain", format!("nbd://{addr}/disk")),
+        ("plain list", format!("nbd://{addr}/")),
+        ("no client certificate", tls_uri(&addr, "disk", &pki.path("anonymous"))),
+        ("another CA's certificate", tls_uri(&addr, "disk", &pki.path("rogue"))),
+    ];
+    for (what, uri) in &refused {
+        let (ok, said) = if what.ends_with("list") {
+            let o = run("nbdinfo", &["--list", uri]);
+            (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+        } else {
+            info(uri)
+        };
+        assert!(!ok, "{what} got in: {said}\n{}", log(&srv));
+    }
+    // The plain client was told why (NBD_REP_ERR_TLS_REQD).
+    let (_, said) = info(&format!("nbd://{addr}/disk"));
+    assert!(said.to_lowercase().contains("tls"), "{said}");
+
+    // What came in over TLS is stored: a plain server reads it back.
+    assert!(srv.stop().success(), "{}", log(&srv));
+    srv.spawn(&[]);
+    let out = nbdsh(&srv.uri("disk"), "print(h.pread(65536, 1 << 20) == b'\\x7e' * 65536)");
+    assert_eq!(out.trim(), "True");
+    // Negative control: the same plain client, refused above, gets in
+    // when the server has no TLS.
+    let plain = spawn_plain_tcp(&mut srv);
+    let (ok, said) = info(&format!("nbd://{plain}/disk"));
+    assert!(ok, "a plain client cannot get in even without TLS: {said}");
+}
+
+/// Restarts `srv` on TCP without TLS; the address.
+fn spawn_plain_tcp(srv: &mut Server) -> String {
+    srv.stop();
+    spawn_tcp(srv, &[])
+}
+
+#[test]
+fn server_tls_without_client_certificates_encrypts_but_admits_anyone_with_tls() {
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    let pki = Pki::new(srv.dir.path());
+    let addr = spawn_tcp(&mut srv, &pki.server_args(false));
+    let (ok, said) = info(&tls_uri(&addr, "disk", &pki.path("anonymous")));
+    assert!(ok, "{said}\n{}", srv.log());
+    assert!(said.contains("67108864"), "{said}");
+    let (ok, _) = info(&format!("nbd://{addr}/disk"));
+    assert!(!ok, "a plain client got in");
+}
+
+/// Bad TLS settings, and a public address without client certificates,
+/// fail at start in one line with exit 64; with them it is allowed.
+#[test]
+fn tls_settings_are_checked_at_start() {
+    let srv = Server::create(&[("disk", 64 * MIB)]);
+    let pki = Pki::new(srv.dir.path());
+    let serve = |args: &[&str]| {
+        let out = Command::new(&srv.bin)
+            .arg("--store")
+            .arg(&srv.store)
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).trim().to_string())
+    };
+    let (cert, key, ca) =
+        (pki.path("server-cert.pem"), pki.path("server-key.pem"), pki.path("ca-cert.pem"));
+    let other_key = pki.path("client-key.pem");
+    let cases: [(&str, Vec<&str>); 4] = [
+        ("a certificate without its key", vec!["--tls-cert", &cert]),
+        ("a key that is not the certificate's", vec!["--tls-cert", &cert, "--tls-key", &other_key]),
+        ("a client CA without a certificate", vec!["--tls-client-ca", &ca]),
+        (
+            "a public address without client certificates",
+            vec!["--listen", "0.0.0.0:0", "--tls-cert", &cert, "--tls-key", &key],
+        ),
+    ];
+    for (what, args) in cases {
+        let (code, err) = serve(&args);
+        assert_eq!(code, Some(64), "{what}: {err}");
+        assert!(err.starts_with("forkfs-nbd: ") && err.lines().count() == 1, "{what}: {err}");
+    }
+    // With client certificates a public address is allowed.
+    let mut srv = srv;
+    srv.spawn(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ]);
+    assert!(srv.log().contains("listening (tcp)"), "{}", srv.log());
+    assert!(srv.stop().success());
+}

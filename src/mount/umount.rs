@@ -62,13 +62,18 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             ));
         }
     }
-    if let Some(f) = record::Record::take_failure(store_dir, &dir) {
-        bail!(Error::new(
+    saved(store_dir, &dir)
+}
+
+/// The failure an ended mount left, if its last checkpoint failed.
+fn saved(store_dir: &Path, dir: &Path) -> Result<()> {
+    match record::Record::take_failure(store_dir, dir) {
+        Some(f) => bail!(Error::new(
             f.kind,
             format!("{} unmounted, but not all was saved: {}", dir.display(), f.message)
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `forkfs umount --force`: unmounts `dir`, detaching it if busy; then
@@ -81,13 +86,7 @@ fn force(store_dir: &Path, dir: &Path, holder: Option<u32>) -> Result<()> {
     }
     let Some(pid) = holder else { return Ok(()) };
     if wait_for_end(store_dir, dir, pid, Duration::from_secs(2)) {
-        return match record::Record::take_failure(store_dir, dir) {
-            Some(f) => bail!(Error::new(
-                f.kind,
-                format!("{} unmounted, but not all was saved: {}", dir.display(), f.message)
-            )),
-            None => Ok(()),
-        };
+        return saved(store_dir, dir);
     }
     if record::serves_other(store_dir, pid, dir) {
         bail!(Error::conflict(format!(

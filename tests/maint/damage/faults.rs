@@ -89,15 +89,22 @@ fn emfile_while_writing_loses_no_acknowledged_write() {
     // The versions are intact; the head holds some state a process wrote
     // whole (an import's blocks are all of image 0 or all as before, per
     // block), and fsck passes.
+    imports_left_whole_blocks(&f, "after the EMFILE imports", &log);
+}
+
+/// After imports of image 0 over a head holding image 2 that may have
+/// failed part way: every head block is one or the other, the versions
+/// read exact and fsck passes (`log`: the run, for the messages).
+fn imports_left_whole_blocks(f: &Fixture, when: &str, log: &str) {
     let head = f.export("disk").expect("the head reads");
     for b in 0..BLOCKS {
         let r = b * BS..(b + 1) * BS;
         assert!(
             head[r.clone()] == f.imgs[0][r.clone()] || head[r.clone()] == f.imgs[2][r],
-            "block {b} of the head is neither the import's nor the earlier write's\n{log}"
+            "{when}: block {b} of the head is neither the import's nor the earlier write's\n{log}"
         );
     }
-    f.reads(&[Img(0), Img(1)], "after the EMFILE imports");
+    f.reads(&[Img(0), Img(1)], when);
     let (code, found, _) = f.fsck(&[]);
     assert_eq!(code, 0, "{found:?}\n{log}");
 }
@@ -163,15 +170,5 @@ fn a_full_disk_fails_each_writing_command_with_73_and_loses_nothing() {
     print!("{log}");
     assert!(refused > 0, "no room was small enough to fail the import:\n{log}");
     std::fs::remove_file(fill).unwrap();
-    let head = f.export("disk").expect("the head reads");
-    for b in 0..BLOCKS {
-        let r = b * BS..(b + 1) * BS;
-        assert!(
-            head[r.clone()] == f.imgs[0][r.clone()] || head[r.clone()] == f.imgs[2][r],
-            "block {b} of the head is neither the import's nor the earlier write's\n{log}"
-        );
-    }
-    f.reads(&[Img(0), Img(1)], "after the full disk");
-    let (code, found, _) = f.fsck(&[]);
-    assert_eq!(code, 0, "{found:?}\n{log}");
+    imports_left_whole_blocks(&f, "after the full disk", &log);
 }

@@ -68,6 +68,12 @@ enum Command {
         /// Take a version of changed volumes this often
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         checkpoint_every: Duration,
+        /// After SIGTERM or SIGINT, how long the stop (in-flight requests,
+        /// the final flush and checkpoint) may take before the server exits
+        /// at once with 75 (what was flushed is kept); a second signal does
+        /// so sooner
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        stop_timeout: Duration,
         /// After a FLUSH, take a version if this long passed since the last one
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         checkpoint_after_flush: Duration,
@@ -159,6 +165,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tls_cert,
         tls_key,
         tls_client_ca,
+        stop_timeout,
         limits: l,
     } = cli.command;
     let files = tls::TlsFiles { cert: tls_cert, key: tls_key, client_ca: tls_client_ca };
@@ -211,6 +218,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 _ = term.recv() => tracing::info!("SIGTERM"),
                 _ = int.recv() => tracing::info!("SIGINT"),
             }
+            // The stop is bounded: a second signal or the stop timeout
+            // ends the process now.
+            tokio::spawn(async move {
+                let why = tokio::select! {
+                    _ = term.recv() => "a second signal (SIGTERM)".to_string(),
+                    _ = int.recv() => "a second signal (SIGINT)".to_string(),
+                    _ = tokio::time::sleep(stop_timeout) => {
+                        format!("--stop-timeout {} passed", humantime::format_duration(stop_timeout))
+                    }
+                };
+                tracing::error!(
+                    "stopping now ({why}): writes flushed (FLUSH, FUA) are kept, \
+                     the rest of the last requests may be lost"
+                );
+                // No destructors: threads may still be inside the store.
+                unsafe { libc::_exit(75) };
+            });
         };
         server::run(exports, cfg, shutdown).await
     })?;

@@ -121,3 +121,39 @@ fn a_removed_control_socket_comes_back_and_sigterm_ends_the_server_without_it() 
     let st = srv.wait_exit(Duration::from_secs(30));
     assert!(st.is_some(), "no exit within 30 s of SIGTERM without its store:\n{}", srv.log());
 }
+
+/// A stop kept waiting by a client that does not read its replies (the
+/// server gives such replies 5 s): `--stop-timeout 1s` ends it sooner,
+/// and so does a second SIGTERM, each with exit 75; what was flushed is
+/// there after a restart.
+#[test]
+fn a_second_signal_or_the_stop_timeout_ends_a_waiting_stop_at_once() {
+    for second_signal in [false, true] {
+        let mut srv = Server::create(&[("disk", 64 * MIB)]);
+        let extra: &[&str] = if second_signal { &[] } else { &["--stop-timeout", "1s"] };
+        srv.spawn(extra);
+        nbdsh(&srv.uri("disk"), "h.pwrite(b'\\x3c' * 65536, 0)\nh.flush()");
+        let mut deaf = UnixStream::connect(&srv.sock).unwrap();
+        attach(&mut deaf, "disk");
+        for i in 0..8 {
+            deaf.write_all(&request(0, i, i * 2 * MIB, 2 << 20)).unwrap();
+        }
+        let t = std::time::Instant::now();
+        srv.signal(libc::SIGTERM);
+        if second_signal {
+            std::thread::sleep(Duration::from_millis(500));
+            srv.signal(libc::SIGTERM);
+        }
+        let st = srv.wait_exit(Duration::from_secs(30));
+        let st = st.unwrap_or_else(|| panic!("no exit within 30 s:\n{}", srv.log()));
+        let took = t.elapsed();
+        assert_eq!(st.code(), Some(75), "{}", srv.log());
+        // Sooner than the 5 s the undelivered replies would have had.
+        assert!(took < Duration::from_millis(4500), "took {took:?}:\n{}", srv.log());
+        assert!(srv.log().contains("stopping now"), "{}", srv.log());
+        drop(deaf);
+        srv.spawn(&[]);
+        let out = nbdsh(&srv.uri("disk"), "print(h.pread(65536, 0) == b'\\x3c' * 65536)");
+        assert_eq!(out.trim(), "True", "{}", srv.log());
+    }
+}

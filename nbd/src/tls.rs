@@ -42,7 +42,7 @@ impl TlsFiles {
             _ => bail!("--tls-cert and --tls-key go together"),
         };
         let chain = certs(cert)?;
-        let key = PrivateKeyDer::from_pem_file(key)
+        let private = PrivateKeyDer::from_pem_file(key)
             .map_err(|e| anyhow::anyhow!("{}: no private key read: {e}", key.display()))?;
         let provider = Arc::new(crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
@@ -64,16 +64,12 @@ impl TlsFiles {
             }
         };
         let config = builder
-            .with_single_cert(chain, key)
-            .with_context(|| format!("{}: does not fit {}", cert.display(), self.key_name()))?;
+            .with_single_cert(chain, private)
+            .with_context(|| format!("{}: does not fit {}", cert.display(), key.display()))?;
         Ok(Some(Tls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             verifies_clients: self.client_ca.is_some(),
         }))
-    }
-
-    fn key_name(&self) -> String {
-        self.key.as_ref().map(|k| k.display().to_string()).unwrap_or_default()
     }
 }
 

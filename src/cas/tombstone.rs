@@ -83,9 +83,7 @@ pub struct Ack {
 impl Ack {
     /// This process's acknowledgement as host `host` of `packs`, now.
     pub fn now(host: &str, packs: Vec<String>) -> Ack {
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "unknown-host".into());
+        let hostname = crate::clock::hostname();
         let at_ms = crate::clock::now_ms();
         Ack { format: 1, host: host.to_string(), hostname, pid: std::process::id(), at_ms, packs }
     }

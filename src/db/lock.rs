@@ -64,18 +64,9 @@ pub struct Holder {
 
 impl Holder {
     fn me() -> Holder {
-        let mut name = [0u8; 256];
-        // SAFETY: gethostname writes at most `len` bytes into our buffer.
-        let host = match unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } {
-            0 => {
-                let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
-                String::from_utf8_lossy(&name[..end]).into_owned()
-            }
-            _ => String::new(),
-        };
         Holder {
             pid: std::process::id(),
-            host,
+            host: crate::clock::hostname(),
             since_ms: crate::clock::now_ms(),
             command: std::env::args().collect::<Vec<_>>().join(" "),
         }

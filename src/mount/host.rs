@@ -257,12 +257,12 @@ impl Host {
         self.ended.notify_all();
     }
 
-    /// Unmounts everything (a stop signal).
     /// The mount points this process serves now.
     pub fn mount_points(&self) -> Vec<PathBuf> {
         self.state.lock().unmounters.iter().map(|(d, _)| d.clone()).collect()
     }
 
+    /// Unmounts everything (a stop signal).
     pub fn unmount_all(&self) {
         let mut st = self.state.lock();
         for (dir, u) in st.unmounters.iter_mut() {

@@ -271,30 +271,26 @@ fn stop_on_signals(
 }
 
 /// The next of the signals in `set`, waiting at most `wait` (`None`:
-/// for ever); `None` when the wait ran out.
+/// for ever); `None` when the wait ran out (or sigwait failed).
 fn next_signal(set: &libc::sigset_t, wait: Option<Duration>) -> Option<i32> {
+    let Some(w) = wait else {
+        let mut sig = 0;
+        // SAFETY: a valid set and out-pointer.
+        return (unsafe { libc::sigwait(set, &mut sig) } == 0).then_some(sig);
+    };
+    let deadline = std::time::Instant::now() + w;
     loop {
-        let r = match wait {
-            None => {
-                let mut sig = 0;
-                // SAFETY: a valid set and out-pointer.
-                match unsafe { libc::sigwait(set, &mut sig) } {
-                    0 => sig,
-                    _ => -1,
-                }
-            }
-            Some(w) => {
-                let ts = libc::timespec {
-                    tv_sec: w.as_secs() as libc::time_t,
-                    tv_nsec: w.subsec_nanos() as libc::c_long,
-                };
-                // SAFETY: a valid set and timeout; no siginfo wanted.
-                unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) }
-            }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ts = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
         };
+        // SAFETY: a valid set and timeout; no siginfo wanted.
+        let r = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
         if r > 0 {
             return Some(r);
         }
+        // Interrupted (EINTR): wait out the rest; else the time is up.
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return None;
         }

@@ -63,12 +63,6 @@ pub struct Lease {
     renewer: Option<std::thread::JoinHandle<()>>,
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown-host".into())
-}
-
 fn encode(r: &LeaseRecord) -> Result<Bytes> {
     Ok(Bytes::from(serde_json::to_vec_pretty(r)?))
 }
@@ -77,7 +71,7 @@ impl Lease {
     /// Takes the lease of `vol`, or fails with a conflict naming the holder.
     pub fn acquire(backend: Arc<Backend>, vol: &VolumeRecord, term: Duration) -> Result<Lease> {
         let key = keys::lease(vol.id);
-        let host = hostname();
+        let host = crate::clock::hostname();
         let pid = std::process::id();
         let now = now_ms();
         let mine = LeaseRecord {

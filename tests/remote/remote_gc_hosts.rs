@@ -18,38 +18,46 @@ const BLOCK: usize = 64 << 10;
 /// Longer than GC's grace (2 s; S3 times are whole seconds).
 const GRACE_PASSED: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// Two hosts on one bucket: A holds `k` (kept blocks + its own) and `t`
-/// (the kept blocks + blocks only `t` has) in one pack, and B has read
-/// both (its index names A's pack). Returns (A, B, k's bytes).
-fn two_hosts(
-    s3: &S3,
-    bucket: &str,
-    dir: &Path,
-    env: &[(&str, &str)],
-) -> (PathBuf, PathBuf, Vec<u8>) {
-    let (a, b) = (dir.join("host-a"), dir.join("host-b"));
-    for h in [&a, &b] {
-        for (k, v) in env {
-            store_env(h, k, v);
+/// Two hosts on one bucket of a moto server of their own: A holds `k`
+/// (kept blocks + its own) and `t` (the kept blocks + blocks only `t`
+/// has) in one pack, and B has read both (its index names A's pack).
+struct Hosts {
+    s3: S3,
+    dir: tempfile::TempDir,
+    a: PathBuf,
+    b: PathBuf,
+    /// `k`'s bytes.
+    k: Vec<u8>,
+}
+
+impl Hosts {
+    /// Both hosts with `env`, past GC's grace for their first packs.
+    fn new(bucket: &str, env: &[(&str, &str)]) -> Hosts {
+        let s3 = S3::start(bucket);
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("host-a"), dir.path().join("host-b"));
+        for h in [&a, &b] {
+            for (k, v) in env {
+                store_env(h, k, v);
+            }
         }
+        let url = format!("s3://{bucket}/store");
+        for h in [&a, &b] {
+            ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
+        }
+        let kept = random(8 * BLOCK, 11);
+        let t = [kept.clone(), random(24 * BLOCK, 13)].concat();
+        let k = [kept, random(24 * BLOCK, 15)].concat();
+        for (name, data) in [("t", &t), ("k", &k)] {
+            let img = dir.path().join(format!("{name}.img"));
+            std::fs::write(&img, data).unwrap();
+            ok(&a, &["import", name, img.to_str().unwrap()]);
+        }
+        ok(&b, &["log", "k"]);
+        ok(&b, &["log", "t"]);
+        std::thread::sleep(GRACE_PASSED);
+        Hosts { s3, dir, a, b, k }
     }
-    let url = format!("s3://{bucket}/store");
-    for h in [&a, &b] {
-        ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
-    }
-    let kept = random(8 * BLOCK, 11);
-    let t = [kept.clone(), random(24 * BLOCK, 13)].concat();
-    let k = [kept, random(24 * BLOCK, 15)].concat();
-    for (name, data) in [("t", &t), ("k", &k)] {
-        let img = dir.join(format!("{name}.img"));
-        std::fs::write(&img, data).unwrap();
-        ok(&a, &["import", name, img.to_str().unwrap()]);
-    }
-    ok(&b, &["log", "k"]);
-    ok(&b, &["log", "t"]);
-    // Past GC's grace for the new packs.
-    std::thread::sleep(GRACE_PASSED);
-    (a, b, k)
 }
 
 /// `forkfs gc` on `store` with a 2 s grace (S3 times are whole seconds).
@@ -69,9 +77,8 @@ fn host_of(key: &str) -> String {
 #[test]
 fn every_host_of_a_bucket_acknowledges_gc_under_its_own_name() {
     let bucket = "gc-hosts-names";
-    let s3 = S3::start(bucket);
-    let dir = tempfile::tempdir().unwrap();
-    let (a, _b, _) = two_hosts(&s3, bucket, dir.path(), &[]);
+    // The store directories and the server live to the end of the test.
+    let Hosts { s3, dir: _dir, a, .. } = Hosts::new(bucket, &[]);
     let acks = s3.list(bucket, "store/gc-acks/");
     let hosts: Vec<String> = acks.iter().map(|k| host_of(k)).collect();
     assert_eq!(hosts.len(), 2, "two hosts, one acknowledgement each: {acks:?}");
@@ -84,10 +91,7 @@ fn every_host_of_a_bucket_acknowledges_gc_under_its_own_name() {
 
 #[test]
 fn a_gc_keeps_a_pack_that_a_silent_host_still_indexes() {
-    let bucket = "gc-hosts-silent";
-    let s3 = S3::start(bucket);
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b, k) = two_hosts(&s3, bucket, dir.path(), &[]);
+    let Hosts { s3: _s3, dir, a, b, k } = Hosts::new("gc-hosts-silent", &[]);
     ok(&a, &["volume", "delete", "t"]);
     let first = gc(&a);
     assert!(first["tombstones_written"].as_u64() > Some(0), "nothing retired: {first}");
@@ -120,27 +124,24 @@ fn a_gc_keeps_a_pack_that_a_silent_host_still_indexes() {
 
 #[test]
 fn a_host_back_after_the_gc_host_timeout_names_packs_it_indexes_that_are_gone() {
-    let bucket = "gc-hosts-returning";
-    let s3 = S3::start(bucket);
-    let dir = tempfile::tempdir().unwrap();
-    let env = [("FORKFS_GC_HOST_TIMEOUT", "3s")];
-    let (a, b, _) = two_hosts(&s3, bucket, dir.path(), &env);
-    ok(&a, &["volume", "delete", "t"]);
-    let first = gc(&a);
+    let hosts = Hosts::new("gc-hosts-returning", &[("FORKFS_GC_HOST_TIMEOUT", "3s")]);
+    let (a, b) = (&hosts.a, &hosts.b);
+    ok(a, &["volume", "delete", "t"]);
+    let first = gc(a);
     assert!(first["tombstones_written"].as_u64() > Some(0), "nothing retired: {first}");
     // Silent for longer than the timeout: A's GC takes B for gone.
     std::thread::sleep(std::time::Duration::from_secs(4));
-    let second = gc(&a);
+    let second = gc(a);
     assert!(second["tombstones_reaped"].as_u64() > Some(0), "B was not taken for gone: {second}");
     // B's next command says so (whatever it then does).
-    let out = forkfs(&b, &["volume", "list"]);
+    let out = forkfs(b, &["volume", "list"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("silent for longer than the gc host timeout") && err.contains("forkfs fsck"),
         "B said nothing of the packs it lost: {err}"
     );
     // A host that was never away says nothing.
-    let out = forkfs(&a, &["volume", "list"]);
+    let out = forkfs(a, &["volume", "list"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("gc host timeout"), "{err}");
 }

@@ -138,6 +138,10 @@ fn a_second_signal_or_the_stop_timeout_ends_a_waiting_stop_at_once() {
         for i in 0..8 {
             deaf.write_all(&request(0, i, i * 2 * MIB, 2 << 20)).unwrap();
         }
+        // The first reply has begun: the server is writing 2 MiB replies
+        // into a socket buffer far smaller, so requests are in flight
+        // (without this a stop could find none yet and exit 0 at once).
+        std::io::Read::read_exact(&mut deaf, &mut [0u8; 16]).unwrap();
         let t = std::time::Instant::now();
         srv.signal(libc::SIGTERM);
         if second_signal {

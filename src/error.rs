@@ -235,6 +235,11 @@ impl From<rocksdb::Error> for Error {
     fn from(e: rocksdb::Error) -> Self {
         let kind = match e.kind() {
             rocksdb::ErrorKind::Corruption => ErrorKind::Corrupt,
+            // RocksDB wraps some I/O failures of its open (EMFILE reading
+            // CURRENT) as "options incompatible with filesystem".
+            rocksdb::ErrorKind::InvalidArgument if e.to_string().contains("IO error") => {
+                ErrorKind::Unavailable
+            }
             rocksdb::ErrorKind::InvalidArgument => ErrorKind::InvalidInput,
             rocksdb::ErrorKind::IOError if db_out_of_space(&e) => ErrorKind::NoSpace,
             _ => ErrorKind::Unavailable,

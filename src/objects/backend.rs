@@ -54,6 +54,7 @@ impl Backend {
         local_root: Option<PathBuf>,
         description: String,
     ) -> Result<Backend> {
+        prepare_io()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("forkfs-io")
@@ -408,6 +409,30 @@ fn put_local(path: &std::path::Path, data: &[u8]) -> Result<()> {
 /// default action for its output, and HTTP clients write with `writev`,
 /// which raises it. Blocked in the threads that do network I/O, the signal
 /// stays pending there and the write returns the error.
+/// Makes tokio's process-wide signal state, which every runtime with I/O
+/// shares and which tokio makes when the first one is built. Tokio panics
+/// if the process is out of file descriptors at that moment (EMFILE under
+/// a low `ulimit -n`), so this checks first that descriptors are free and
+/// is called early, before the index's threads open files: a low limit is
+/// then an EMFILE error, never a panic. Cheap after the first call.
+pub fn prepare_io() -> Result<()> {
+    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if READY.get().is_some() {
+        return Ok(());
+    }
+    // A runtime takes an epoll fd and an eventfd; the signal state a
+    // socket pair, and each runtime a duplicate of one end.
+    let spare =
+        (0..6).map(|_| std::fs::File::open("/dev/null")).collect::<std::io::Result<Vec<_>>>();
+    drop(spare.map_err(|e| Error::from(e).context("starting the I/O runtime"))?);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| Error::from(e).context("starting the I/O runtime"))?;
+    let _ = READY.set(());
+    Ok(())
+}
+
 fn block_sigpipe() {
     // SAFETY: plain libc calls on a local, initialized signal set.
     unsafe {

@@ -17,6 +17,6 @@ pub mod keys;
 pub mod outbox;
 pub mod remote;
 
-pub use backend::Backend;
+pub use backend::{Backend, prepare_io};
 pub use outbox::OutboxStats;
 pub use remote::RemoteConfig;

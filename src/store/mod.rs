@@ -156,6 +156,8 @@ impl Store {
         if opening == Opening::Existing && !dir.join(crate::db::DIR).exists() {
             return Err(identity::index_lost(dir, "is missing"));
         }
+        // Before the index starts its threads (see `prepare_io`).
+        crate::objects::prepare_io()?;
         let db = match opening {
             Opening::Rebuild => Db::open_fresh(dir),
             _ => Db::open(dir),

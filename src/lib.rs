@@ -64,6 +64,7 @@ pub use records::{
     VolumeRecord,
 };
 pub use store::{CONFIG_FILE, DEFAULT_BLOCK_SIZE, Store, StoreConfig, Synced};
+pub use sync::view::View as SharedView;
 
 /// The inode-level API of fs volumes: what the FUSE workspace and
 /// import/export of directory trees use.

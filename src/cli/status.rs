@@ -65,5 +65,9 @@ pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
             println!("volume {v}: another host advanced it; this host's later versions stay local");
         }
     }
+    if let Some(v) = &s.view {
+        let age = forkfs::now_ms().saturating_sub(v.checked_ms) / 1000;
+        println!("other hosts' changes: as of {age} s ago (when the bucket last answered)");
+    }
     Ok(())
 }

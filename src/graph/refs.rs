@@ -60,6 +60,9 @@ impl Graph {
             log.iter().filter(|v| v.id.to_string().starts_with(&lower)).collect();
         match matches.as_slice() {
             [one] => Ok(Target::Version((*one).clone())),
+            [] if !self.db().scan_meta(&keys::deleted_prefix(&lower))?.is_empty() => {
+                Err(Error::not_found(format!("version {r} of {vol} was deleted on another host")))
+            }
             [] => Err(Error::not_found(format!("{vol} has no version {r}"))),
             _ => Err(Error::invalid(format!("version prefix {r} is ambiguous"))),
         }
@@ -142,7 +145,18 @@ impl Graph {
         for name in names {
             self.delete_tag_object(volume.id, &name)?;
         }
-        self.storage.chunks.backend().delete(&objects::version(&version.id))?;
+        let backend = self.storage.chunks.backend();
+        // On a shared store, the deletion record goes before the record
+        // object: every other host then forgets the version (and skips
+        // its object, should this deletion be cut short).
+        if let Some(r) = self.volumes.remote() {
+            backend.put(&objects::deleted_version(&version.id), volume.name.to_string().into())?;
+            backend.delete(&objects::version(&version.id))?;
+            db.write(b, true)?;
+            r.bump();
+            return Ok(());
+        }
+        backend.delete(&objects::version(&version.id))?;
         db.write(b, true)
     }
 

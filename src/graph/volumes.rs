@@ -43,15 +43,47 @@ impl Volumes {
         }
     }
 
+    /// The remote side of a shared store.
+    pub(crate) fn remote(&self) -> Option<&Arc<Remote>> {
+        self.remote.as_ref()
+    }
+
     /// Whether other hosts share the store (S3/GCS/Azure): tags are then
     /// this host's own, kept in its index only.
     pub(crate) fn is_shared(&self) -> bool {
         self.remote.is_some()
     }
 
-    /// The volume named `name` (on a remote store, also one another host
-    /// created since this host last looked).
+    /// On a shared store: brings this host's view of the graph up to the
+    /// bucket's, if another host changed it (`sync/view.rs`); the heads of
+    /// volumes this process has open stay. A bucket that does not answer
+    /// leaves the view as it was (`forkfs status` says how old it is).
+    pub(crate) fn refresh(&self) {
+        let Some(r) = &self.remote else { return };
+        let caught_up = r.moved().and_then(|moved| {
+            let Some(now) = moved else { return Ok(()) };
+            // Held so no volume opens (and takes its head) meanwhile.
+            let heads = self.heads.lock();
+            let open = |id: VolumeId| heads.get(&id).and_then(Weak::upgrade).is_some();
+            r.catch_up(now, &open)
+        });
+        if let Err(e) = caught_up {
+            tracing::warn!(error = %e, "other hosts' changes not imported; this host's view of the graph stays as it was");
+        }
+    }
+
+    /// The shared graph's state as this host last saw it (shared stores).
+    pub fn view(&self) -> Result<Option<crate::sync::view::View>> {
+        match &self.remote {
+            Some(_) => Ok(Some(crate::sync::view::view(&self.storage.db)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The volume named `name` (on a remote store, as the bucket holds it
+    /// now: also one another host created since this host last looked).
     pub fn get(&self, name: &str) -> Result<VolumeRecord> {
+        self.refresh();
         if let Some(v) = self.storage.records.volume_named(name)? {
             return Ok(v);
         }
@@ -64,8 +96,9 @@ impl Volumes {
         Err(Error::not_found(format!("no volume named {name:?}")))
     }
 
-    /// Every volume, by name.
+    /// Every volume, by name (on a remote store, as the bucket holds them).
     pub fn list(&self) -> Result<Vec<VolumeRecord>> {
+        self.refresh();
         self.storage.records.volumes()
     }
 

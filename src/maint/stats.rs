@@ -36,6 +36,10 @@ pub struct StoreStats {
     /// whose head another host advanced before this one could publish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload: Option<UploadStats>,
+    /// A shared store: the other hosts' changes, as of when this host last
+    /// reached the bucket (`sync/view.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<crate::sync::view::View>,
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -113,6 +117,7 @@ impl Store {
         });
         Ok(StoreStats {
             upload: self.upload_stats()?,
+            view: self.volumes().view()?,
             disk_cache,
             volumes,
             logical_bytes: logical,

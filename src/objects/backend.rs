@@ -275,6 +275,22 @@ impl Backend {
         self.run(async move { Ok(store.head(&k).await?) })
     }
 
+    /// [`Backend::head`] of an object no outbox holds, failing once it
+    /// has waited `d` (a check that must not hold its caller up).
+    pub fn head_within(&self, key: &Path, d: std::time::Duration) -> Result<ObjectMeta> {
+        let store = self.store.clone();
+        let k = key.clone();
+        self.run(async move {
+            match tokio::time::timeout(d, store.head(&k)).await {
+                Ok(r) => Ok(r?),
+                Err(_) => Err(Error::new(
+                    crate::error::ErrorKind::Unavailable,
+                    format!("{k}: no answer from the object store within {} s", d.as_secs_f64()),
+                )),
+            }
+        })
+    }
+
     pub fn delete(&self, key: &Path) -> Result<()> {
         self.fds.remove(key.as_ref());
         if let Some(o) = self.outbox_for(key) {

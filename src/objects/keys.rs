@@ -72,7 +72,30 @@ pub fn gc_ack(host: &str) -> Path {
     Path::from(format!("{GC_ACKS}/{host}.json"))
 }
 
-/// Prefix under which the names of versions live (local stores).
+/// The graph's generation (shared stores): rewritten by a host after every
+/// change of the graph it makes visible (a head published, a volume
+/// created, a version deleted, a name set or removed). Other hosts compare
+/// its ETag with the one they last saw: one small request tells them
+/// whether there is anything to import.
+pub fn generation() -> Path {
+    Path::from("graph/generation")
+}
+
+/// Prefix of the deletion records of versions (shared stores).
+pub const DELETED_VERSIONS: &str = "deleted/versions";
+
+/// The record that version `id` was deleted: written before its record
+/// object goes, so every host forgets it (see `sync/view.rs`).
+pub fn deleted_version(id: &VersionId) -> Path {
+    Path::from(format!("{DELETED_VERSIONS}/{id}"))
+}
+
+/// Parses a deletion record's key back into the version id.
+pub fn parse_deleted_version(key: &Path) -> Option<VersionId> {
+    VersionId::parse(key.as_ref().strip_prefix("deleted/versions/")?)
+}
+
+/// Prefix under which the names of versions live.
 pub const TAGS: &str = "tags";
 
 /// The object that names a version `name` (its id, as text).
@@ -97,6 +120,13 @@ mod tests {
         assert_eq!(parse_pack(&pack(&id)), Some(id));
         assert_eq!(parse_pack(&Path::from("packs/x.pack")), None);
         assert_eq!(parse_pack(&Path::from("versions/x.json")), None);
+    }
+
+    #[test]
+    fn deletion_keys_round_trip() {
+        let id = VersionId([0x3d; 16]);
+        assert_eq!(parse_deleted_version(&deleted_version(&id)), Some(id));
+        assert_eq!(parse_deleted_version(&version(&id)), None);
     }
 
     #[test]

@@ -61,6 +61,18 @@ pub const DELETING_PREFIX: &str = "deleting/";
 pub fn deleting(id: &VersionId) -> String {
     format!("{DELETING_PREFIX}{id}")
 }
+/// A version another host deleted (shared stores), with its volume's name:
+/// what a reference to it is told.
+pub const DELETED_PREFIX: &str = "deleted/";
+pub fn deleted(id: &VersionId) -> String {
+    format!("{DELETED_PREFIX}{id}")
+}
+/// The deleted versions whose id starts with `hex`.
+pub fn deleted_prefix(hex: &str) -> String {
+    format!("{DELETED_PREFIX}{hex}")
+}
+/// What this host last saw of a shared store's graph (`sync/view.rs`).
+pub const VIEW: &str = "view";
 /// Present while a deferred head holds unsealed writes (see
 /// `head/block/deferred.rs`); found at open, it means a process died with them.
 pub fn unsealed(v: VolumeId) -> String {

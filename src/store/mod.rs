@@ -232,9 +232,15 @@ impl Store {
             absorb::register(&storage, &host, settings.gc_host_timeout())?;
             let (s, stall) = (storage.clone(), r.stall());
             let every = (settings.lease_ttl() / 3).max(std::time::Duration::from_millis(100));
+            let import = r.importer();
             r.start_ticker(
                 every,
                 Box::new(move || {
+                    // Deletions made elsewhere first: their data is then
+                    // not this host's to keep (`sync/view.rs`).
+                    if let Err(e) = import() {
+                        tracing::warn!(error = %e, "other hosts' changes not imported yet");
+                    }
                     if let Err(e) = absorb::absorb(&s, &host, stall) {
                         tracing::warn!(error = %e, "gc tombstones not absorbed yet");
                     }
@@ -260,7 +266,7 @@ impl Store {
         };
         // Segments below a volume's floor were folded by a checkpoint whose
         // cleanup a crash may have cut short.
-        for vol in store.volumes().list()? {
+        for vol in store.storage().records.volumes()? {
             if let Some(floor) = db.get_json::<u64>(&meta_keys::log_floor(vol.id))? {
                 store.storage().log.drop_below(vol.id, floor)?;
             }

@@ -27,6 +27,8 @@ pub struct AttachReport {
     pub versions: usize,
     pub packs: usize,
     pub chunks: usize,
+    /// Versions this host listed that another host deleted.
+    pub forgotten: usize,
 }
 
 /// Fills an empty local index from the remote's objects (`publisher`: the
@@ -101,11 +103,18 @@ fn import_objects(
         report.volumes += 1;
     }
     db.put_json(b, keys::NEXT_VOLUME_ID, &next_id)?;
+    // Versions deleted on any host (shared stores): listed before the
+    // versions, so a record object a deletion has yet to remove is not
+    // taken for a new version.
+    let deleted = match publisher {
+        Some(_) => super::view::deleted_versions(backend)?,
+        None => HashSet::new(),
+    };
     let mut fresh = Vec::new();
     for o in backend.list(objects::VERSIONS)? {
         let named = o.location.filename().and_then(|f| f.strip_suffix(".json"));
         let Some(id) = named.and_then(VersionId::parse) else { continue };
-        if db.get_meta(&keys::version(&id))?.is_some() {
+        if deleted.contains(&id) || db.get_meta(&keys::version(&id))?.is_some() {
             continue;
         }
         let raw = match backend.get(&o.location) {
@@ -166,6 +175,7 @@ fn import_objects(
         }
         report.versions += 1;
     }
+    report.forgotten = super::view::forget_deleted(db, records, b, &deleted)?;
     let index = storage.chunks.index();
     let mut known: HashSet<_> = index.packs()?.into_iter().map(|(id, _)| id).collect();
     // Packs a GC retired are never indexed again (see `cas/tombstone.rs`).
@@ -199,16 +209,20 @@ fn import_objects(
     Ok(())
 }
 
+/// [`Remote::import`], for a task that holds no `Remote`.
+pub(super) fn import(storage: &Storage, publisher: &Publisher) -> Result<usize> {
+    let mut b = Batch::default();
+    let mut report = AttachReport::default();
+    import_objects(storage, Some(publisher), &mut b, &crate::progress::Quiet, &mut report)?;
+    storage.db.write(b, true)?;
+    Ok(report.volumes + report.versions + report.packs + report.forgotten)
+}
+
 impl Remote {
     /// Imports what other hosts committed (volumes, versions, packs);
     /// returns how many records and packs were new.
     pub(crate) fn import(&self) -> Result<usize> {
-        let mut b = Batch::default();
-        let mut report = AttachReport::default();
-        let publisher = Some(self.publisher.as_ref());
-        import_objects(&self.storage, publisher, &mut b, &crate::progress::Quiet, &mut report)?;
-        self.db().write(b, true)?;
-        Ok(report.volumes + report.versions + report.packs)
+        import(&self.storage, &self.publisher)
     }
 
     /// Takes the remote's head of every volume that another host advanced,

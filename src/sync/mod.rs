@@ -17,6 +17,7 @@
 pub mod import;
 pub mod lease;
 pub mod publish;
+pub mod view;
 
 pub(crate) use import::attach;
 pub use lease::Lease;
@@ -42,6 +43,8 @@ pub struct Remote {
     /// The periodic task a layer above gives it (absorbing other hosts'
     /// GC tombstones), stopped before the remote side closes.
     ticker: Mutex<Option<Ticker>>,
+    /// When this process last compared its view with the bucket's.
+    seen: Arc<Mutex<view::Seen>>,
 }
 
 /// A background task run every period until stopped.
@@ -86,6 +89,7 @@ impl Remote {
             thread: Mutex::new(Some(thread)),
             stall,
             ticker: Mutex::new(None),
+            seen: Arc::default(),
         }))
     }
 
@@ -170,6 +174,7 @@ impl Remote {
             })?;
         self.publisher.saw(vol, Some(v));
         self.publisher.set_published(b, vol, head);
+        self.bump();
         Ok(())
     }
 

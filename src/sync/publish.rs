@@ -261,9 +261,10 @@ impl Publisher {
             o.wait_through(o.tail(), stall, hurry, &stopping)?;
         }
         let mut first_error = None;
+        let mut any = false;
         for (vol, local, published) in due {
             match self.publish_volume(&vol, &local, published.as_ref()) {
-                Ok(Done::Published) => {}
+                Ok(Done::Published) => any = true,
                 Ok(Done::Waiting(why)) => left.push(format!("{} ({why})", vol.name)),
                 Ok(Done::Diverged) => {
                     left.push(format!("{} (diverged: another host took it over)", vol.name))
@@ -273,6 +274,9 @@ impl Publisher {
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        if any {
+            super::view::bump(&self.backend);
         }
         match first_error {
             Some(e) => Err(e),

@@ -11,4 +11,5 @@ mod remote_faults;
 mod remote_gc;
 mod remote_gc_hosts;
 mod remote_outage;
+mod remote_shared_graph;
 mod remote_takeover;

@@ -1,0 +1,131 @@
+//! Every host of a bucket sees one graph (issue 23): what one host makes
+//! and syncs (a volume, versions, a head) or deletes reaches the others
+//! without a new `init`, and a GC after a deletion never leaves another
+//! host listing a version it can no longer read, even a host that was
+//! stopped during the deletion and the GC.
+//!
+//! Negative control (by hand, in `sync/view.rs`: `forget_deleted` returns
+//! at once): the test fails, B still listing the deleted version. (GC
+//! deleting at once, without waiting for B, is `remote_gc`'s control; here
+//! B's reads survive it by read repair, so it proves nothing more.)
+
+use crate::common::s3::S3;
+use crate::common::{forkfs, json, ok, random};
+use std::path::Path;
+
+const BLOCK: usize = 64 << 10;
+
+/// The ids in `forkfs log VOL --json`, newest first.
+fn ids(store: &Path, vol: &str) -> Vec<String> {
+    let log = json(store, &["log", vol]);
+    let events = log.as_array().expect("log --json is a list");
+    events.iter().filter_map(|e| e["id"].as_str().map(str::to_string)).collect()
+}
+
+/// The volumes `store` lists, by name.
+fn names(store: &Path) -> Vec<String> {
+    let list = json(store, &["volume", "list"]);
+    let vols = list.as_array().expect("volume list --json is a list");
+    vols.iter().filter_map(|v| v["name"].as_str().map(str::to_string)).collect()
+}
+
+/// `forkfs export SPEC` on `store`: the bytes, or stderr.
+fn export(store: &Path, spec: &str, out: &Path) -> Result<Vec<u8>, String> {
+    let _ = std::fs::remove_file(out);
+    let o = forkfs(store, &["export", spec, out.to_str().unwrap()]);
+    match o.status.success() {
+        true => Ok(std::fs::read(out).unwrap()),
+        false => Err(String::from_utf8_lossy(&o.stderr).to_string()),
+    }
+}
+
+/// `forkfs gc` with a 2 s grace (S3 times are whole seconds).
+fn gc(store: &Path) -> serde_json::Value {
+    let out = ok(store, &["--json", "gc", "--grace", "2s", "--compact-below", "0.9"]);
+    serde_json::from_str(&out).expect("gc --json")
+}
+
+#[test]
+fn volumes_versions_heads_and_deletions_reach_the_other_host_and_gc_never_strands_it() {
+    let bucket = "shared-graph";
+    let s3 = S3::start(bucket);
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("host-a"), dir.path().join("host-b"));
+    let url = format!("s3://{bucket}/store");
+    for h in [&a, &b] {
+        ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
+    }
+    let out = dir.path().join("out.img");
+    let img = dir.path().join("in.img");
+    // B joined an empty store. A creates a volume and commits two
+    // versions of it (each command syncs as it closes).
+    let first = random(16 * BLOCK, 3);
+    let second = [random(8 * BLOCK, 5), first[8 * BLOCK..].to_vec()].concat();
+    std::fs::write(&img, &first).unwrap();
+    ok(&a, &["import", "d", img.to_str().unwrap()]);
+    assert_eq!(names(&b), ["d"], "B does not list A's new volume");
+    assert!(export(&b, "d", &out).unwrap() == first, "B read other bytes for d's head");
+    std::fs::write(&img, &second).unwrap();
+    ok(&a, &["import", "d", img.to_str().unwrap()]);
+    // A's new version and head reach B: not the head B saw before.
+    assert_eq!(ids(&b, "d"), ids(&a, "d"), "B's log of d is not A's");
+    assert!(export(&b, "d", &out).unwrap() == second, "B read a stale head of d");
+    let [newer, older] = <[String; 2]>::try_from(ids(&a, "d")).expect("two versions");
+    assert!(export(&b, &format!("d@{older}"), &out).unwrap() == first);
+
+    // B stops (no process of it runs); A deletes the older version and
+    // collects. B has not acknowledged, so the GC keeps what B indexes.
+    ok(&a, &["delete-version", &format!("d@{older}")]);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    gc(&a);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    gc(&a);
+    // B is back: the deletion reached it, and it says so.
+    assert_eq!(ids(&b, "d"), vec![newer.clone()], "B still lists the deleted version");
+    let err = export(&b, &format!("d@{older}"), &out).unwrap_err();
+    assert!(err.contains("was deleted on another host"), "{err}");
+    // B absorbed A's GC without keeping the deleted data: the GC after it
+    // reaps, and everything B lists still reads exact.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let last = gc(&a);
+    for (spec, want) in [("d".to_string(), &second), (format!("d@{newer}"), &second)] {
+        let got = export(&b, &spec, &out).unwrap_or_else(|e| panic!("B reads {spec}: {e}"));
+        assert!(got == *want, "B read other bytes for {spec}");
+    }
+    assert!(last["tombstones_reaped"].as_u64() > Some(0), "B never acknowledged: {last}");
+    let err = export(&b, &format!("d@{older}"), &out).unwrap_err();
+    assert!(err.contains("was deleted on another host"), "after the reap: {err}");
+    assert!(!err.contains("missing"), "{err}");
+    // fsck on B finds nothing wrong.
+    let fsck = forkfs(&b, &["--json", "fsck"]);
+    let fsck: serde_json::Value = serde_json::from_slice(&fsck.stdout).expect("fsck --json");
+    assert_eq!(fsck["problems"].as_array().map(Vec::len), Some(0), "{fsck}");
+}
+
+#[test]
+fn a_host_imports_only_when_another_host_changed_the_graph() {
+    let bucket = "shared-graph-quiet";
+    let s3 = S3::start(bucket);
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("host-a"), dir.path().join("host-b"));
+    let url = format!("s3://{bucket}/store");
+    for h in [&a, &b] {
+        ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
+    }
+    let img = dir.path().join("in.img");
+    std::fs::write(&img, random(4 * BLOCK, 9)).unwrap();
+    ok(&a, &["import", "d", img.to_str().unwrap()]);
+    ok(&b, &["volume", "list"]);
+    // Nothing changed since B's last look: B's view keeps the same
+    // generation, and is newer.
+    let before = json(&b, &["status"])["view"].clone();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let after = json(&b, &["status"])["view"].clone();
+    assert_eq!(before["generation"], after["generation"], "{before} {after}");
+    assert!(after["checked_ms"].as_u64() > before["checked_ms"].as_u64(), "{before} {after}");
+    // A change on A moves it.
+    ok(&a, &["import", "e", img.to_str().unwrap()]);
+    let moved = json(&b, &["status"])["view"].clone();
+    assert_ne!(moved["generation"], after["generation"], "A's new volume left the generation");
+    assert_eq!(names(&b), ["d", "e"]);
+}

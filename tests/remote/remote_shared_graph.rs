@@ -11,7 +11,7 @@
 
 use crate::common::s3::S3;
 use crate::common::{forkfs, json, ok, random};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const BLOCK: usize = 64 << 10;
 
@@ -45,9 +45,8 @@ fn gc(store: &Path) -> serde_json::Value {
     serde_json::from_str(&out).expect("gc --json")
 }
 
-#[test]
-fn volumes_versions_heads_and_deletions_reach_the_other_host_and_gc_never_strands_it() {
-    let bucket = "shared-graph";
+/// A moto server with `bucket`, and two hosts (A, B) that joined it empty.
+fn two_hosts(bucket: &str) -> (S3, tempfile::TempDir, PathBuf, PathBuf) {
     let s3 = S3::start(bucket);
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("host-a"), dir.path().join("host-b"));
@@ -55,6 +54,13 @@ fn volumes_versions_heads_and_deletions_reach_the_other_host_and_gc_never_strand
     for h in [&a, &b] {
         ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
     }
+    (s3, dir, a, b)
+}
+
+#[test]
+fn volumes_versions_heads_and_deletions_reach_the_other_host_and_gc_never_strands_it() {
+    // The server and the directories live to the end of the test.
+    let (_s3, dir, a, b) = two_hosts("shared-graph");
     let out = dir.path().join("out.img");
     let img = dir.path().join("in.img");
     // B joined an empty store. A creates a volume and commits two
@@ -104,14 +110,7 @@ fn volumes_versions_heads_and_deletions_reach_the_other_host_and_gc_never_strand
 
 #[test]
 fn a_host_imports_only_when_another_host_changed_the_graph() {
-    let bucket = "shared-graph-quiet";
-    let s3 = S3::start(bucket);
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("host-a"), dir.path().join("host-b"));
-    let url = format!("s3://{bucket}/store");
-    for h in [&a, &b] {
-        ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
-    }
+    let (_s3, dir, a, b) = two_hosts("shared-graph-quiet");
     let img = dir.path().join("in.img");
     std::fs::write(&img, random(4 * BLOCK, 9)).unwrap();
     ok(&a, &["import", "d", img.to_str().unwrap()]);

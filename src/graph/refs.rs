@@ -97,6 +97,11 @@ impl Graph {
                 version.volume_name
             )));
         }
+        if let Some(r) = self.volumes.remote() {
+            crate::sync::names::set(&self.storage, version.volume, name, &version.id)?;
+            r.bump();
+            return Ok(());
+        }
         self.put_tag_object(version.volume, name, &version.id)?;
         let mut b = Batch::default();
         self.db().put_meta(&mut b, &key, version.id.to_string());
@@ -107,6 +112,11 @@ impl Graph {
         let key = keys::tag(volume.id, name);
         if self.db().get_meta(&key)?.is_none() {
             return Err(Error::not_found(format!("{} has no version named {name}", volume.name)));
+        }
+        if let Some(r) = self.volumes.remote() {
+            crate::sync::names::remove(&self.storage, volume.id, name)?;
+            r.bump();
+            return Ok(());
         }
         // The object copy goes first: a crash in between must not let a
         // rebuilt index bring the name back.
@@ -136,6 +146,12 @@ impl Graph {
             if id == version.id {
                 db.delete_meta(&mut b, &keys::tag(volume.id, &name));
                 names.push(name);
+            }
+        }
+        // A shared store's names go from the bucket and the index together.
+        if self.volumes.is_shared() {
+            for name in names.drain(..) {
+                crate::sync::names::remove(&self.storage, volume.id, &name)?;
             }
         }
         // Objects first: a record object the index no longer names makes
@@ -183,20 +199,14 @@ impl Graph {
     }
 
     /// Writes the object copy of a tag, so a lost index comes back with
-    /// its names (stores without a remote side; a remote store's tags are
-    /// its host's own).
+    /// its names (stores without a remote side; a shared store's names are
+    /// `sync/names.rs`'s).
     pub(super) fn put_tag_object(&self, vol: VolumeId, name: &str, id: &VersionId) -> Result<()> {
-        if self.volumes.is_shared() {
-            return Ok(());
-        }
         let obj = bytes::Bytes::from(id.to_string());
         self.storage.chunks.backend().put(&objects::tag(vol, name), obj)
     }
 
     fn delete_tag_object(&self, vol: VolumeId, name: &str) -> Result<()> {
-        if self.volumes.is_shared() {
-            return Ok(());
-        }
         self.storage.chunks.backend().delete(&objects::tag(vol, name))
     }
 

@@ -103,9 +103,18 @@ impl Graph {
         }
         .seal()?;
         self.storage.records.put_object(&objects::version(&version.id), &version)?;
-        if let Some(n) = &opts.name {
-            self.put_tag_object(rec.id, n, &version.id)?;
-        }
+        // The name, taken in the bucket first (conditionally, on a shared
+        // store: another host may have taken it).
+        let claimed = match &opts.name {
+            Some(n) if self.volumes.is_shared() => {
+                Some(crate::sync::names::claim(&self.storage, rec.id, n, &version.id)?)
+            }
+            Some(n) => {
+                self.put_tag_object(rec.id, n, &version.id)?;
+                None
+            }
+            None => None,
+        };
         // Phase 3: commit in one synced batch. The head object other hosts
         // read names the durable version before (local objects) or after
         // the commit, once the version's objects are uploaded (remote).
@@ -120,6 +129,9 @@ impl Graph {
             db.put_meta(&mut b, &keys::log(rec.id, version.seq), version.id.to_string());
             if let Some(n) = &opts.name {
                 db.put_meta(&mut b, &keys::tag(rec.id, n), version.id.to_string());
+                if let Some(etag) = &claimed {
+                    db.put_meta(&mut b, &keys::tag_seen(rec.id, n), etag);
+                }
             }
             self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
             if exclusive {

@@ -305,6 +305,7 @@ impl Volumes {
         for prefix in [
             keys::log_prefix(rec.id),
             keys::tag_prefix(rec.id),
+            keys::tag_seen_prefix(rec.id),
             keys::rollback_prefix(rec.id),
             keys::durable_prefix(rec.id),
         ] {
@@ -325,10 +326,8 @@ impl Volumes {
         for v in &versions {
             backend.delete(&objects::version(&v.id))?;
         }
-        if self.remote.is_none() {
-            for o in backend.list(&format!("{}/{:016x}/", objects::TAGS, rec.id.0))? {
-                backend.delete(&o.location)?;
-            }
+        for o in backend.list(&format!("{}/{:016x}/", objects::TAGS, rec.id.0))? {
+            backend.delete(&o.location)?;
         }
         backend.delete(&objects::head(rec.id))?;
         if let Some(r) = &self.remote {

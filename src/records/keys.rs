@@ -92,3 +92,11 @@ pub fn tag_prefix(v: VolumeId) -> String {
 pub fn tag(v: VolumeId, name: &str) -> String {
     format!("tag/{:016x}/{name}", v.0)
 }
+/// Shared stores: the ETag of the tag object this host last wrote or took
+/// (`sync/names.rs`).
+pub fn tag_seen_prefix(v: VolumeId) -> String {
+    format!("tagseen/{:016x}/", v.0)
+}
+pub fn tag_seen(v: VolumeId, name: &str) -> String {
+    format!("tagseen/{:016x}/{name}", v.0)
+}

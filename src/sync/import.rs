@@ -29,6 +29,8 @@ pub struct AttachReport {
     pub chunks: usize,
     /// Versions this host listed that another host deleted.
     pub forgotten: usize,
+    /// Names of versions set or removed on other hosts.
+    pub names: usize,
 }
 
 /// Fills an empty local index from the remote's objects (`publisher`: the
@@ -43,6 +45,9 @@ pub(crate) fn attach(
     let mut b = Batch::default();
     import_objects(storage, publisher, &mut b, progress, &mut report)?;
     storage.db.write(b, true)?;
+    if publisher.is_some() {
+        report.names = super::names::import(storage)?;
+    }
     let remote = storage.chunks.backend().describe();
     tracing::info!(?report, remote, "attached to the remote store");
     Ok(report)
@@ -215,7 +220,9 @@ pub(super) fn import(storage: &Storage, publisher: &Publisher) -> Result<usize> 
     let mut report = AttachReport::default();
     import_objects(storage, Some(publisher), &mut b, &crate::progress::Quiet, &mut report)?;
     storage.db.write(b, true)?;
-    Ok(report.volumes + report.versions + report.packs + report.forgotten)
+    // After the versions they name are in.
+    report.names = super::names::import(storage)?;
+    Ok(report.volumes + report.versions + report.packs + report.forgotten + report.names)
 }
 
 impl Remote {

@@ -16,6 +16,7 @@
 
 pub mod import;
 pub mod lease;
+pub mod names;
 pub mod publish;
 pub mod view;
 

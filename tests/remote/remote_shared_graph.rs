@@ -4,8 +4,14 @@
 //! host listing a version it can no longer read, even a host that was
 //! stopped during the deletion and the GC.
 //!
-//! Negative control (by hand, in `sync/view.rs`: `forget_deleted` returns
-//! at once): the test fails, B still listing the deleted version. (GC
+//! Negative controls (by hand): in `sync/view.rs`, `forget_deleted`
+//! returning at once: the first test fails, B still listing the deleted
+//! version; in `sync/names.rs`, `claim` putting the name unconditionally:
+//! the naming race ends with two winners (3 runs of 3).
+//!
+//! Names too: a name set on one host means that version on every host,
+//! two hosts naming two versions alike at once get one winner, and a
+//! name removed on one host is gone on the others. (GC
 //! deleting at once, without waiting for B, is `remote_gc`'s control; here
 //! B's reads survive it by read repair, so it proves nothing more.)
 
@@ -127,4 +133,45 @@ fn a_host_imports_only_when_another_host_changed_the_graph() {
     let moved = json(&b, &["status"])["view"].clone();
     assert_ne!(moved["generation"], after["generation"], "A's new volume left the generation");
     assert_eq!(names(&b), ["d", "e"]);
+}
+
+#[test]
+fn a_name_means_one_version_on_every_host() {
+    let (_s3, dir, a, b) = two_hosts("shared-names");
+    let (out, img) = (dir.path().join("out.img"), dir.path().join("in.img"));
+    let (first, second) = (random(4 * BLOCK, 21), random(4 * BLOCK, 23));
+    for data in [&first, &second] {
+        std::fs::write(&img, data).unwrap();
+        ok(&a, &["import", "d", img.to_str().unwrap()]);
+    }
+    let [newer, older] = <[String; 2]>::try_from(ids(&a, "d")).expect("two versions");
+    let (at_newer, at_older) = (format!("d@{newer}"), format!("d@{older}"));
+    // A name set on A resolves on B, and B cannot give it to another version.
+    ok(&a, &["tag", &at_older, "rel"]);
+    assert!(export(&b, "d@rel", &out).unwrap() == first, "B reads another d@rel");
+    let taken = forkfs(&b, &["tag", &at_newer, "rel"]);
+    assert!(!taken.status.success(), "B gave A's name to another version");
+    // Two hosts naming two versions alike at once: one wins, the other is
+    // told, and both hosts then read the winner's version by that name.
+    for round in 0..3 {
+        let name = format!("race{round}");
+        let run = |store: &Path, spec: &str| {
+            let (store, spec, name) = (store.to_path_buf(), spec.to_string(), name.clone());
+            std::thread::spawn(move || forkfs(&store, &["tag", &spec, &name]).status.success())
+        };
+        let (on_a, on_b) = (run(&a, &at_older), run(&b, &at_newer));
+        let (won_a, won_b) = (on_a.join().unwrap(), on_b.join().unwrap());
+        assert!(won_a != won_b, "round {round}: A {won_a}, B {won_b}: not one winner");
+        let want = if won_a { &first } else { &second };
+        for h in [&a, &b] {
+            let got = export(h, &format!("d@{name}"), &out).unwrap();
+            assert!(got == *want, "round {round}: {} reads the loser's version", h.display());
+        }
+    }
+    // Removed on A: gone on B. Set on B: seen on A.
+    ok(&a, &["untag", "d", "rel"]);
+    let err = export(&b, "d@rel", &out).unwrap_err();
+    assert!(err.contains("no version named \"rel\""), "{err}");
+    ok(&b, &["tag", &at_newer, "from-b"]);
+    assert!(export(&a, "d@from-b", &out).unwrap() == second, "A reads another d@from-b");
 }

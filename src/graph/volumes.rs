@@ -290,38 +290,18 @@ impl Volumes {
         // No publishing pass may put the head object back after this.
         let _pass = self.remote.as_ref().map(|r| r.pass_lock());
         let _g = self.meta_lock.lock();
-        let db = &self.storage.db;
         let versions = self.storage.records.log(&rec)?;
         let mut b = Batch::default();
-        for key in [
-            keys::volume(name),
-            keys::head(rec.id),
-            keys::published(rec.id),
-            keys::log_floor(rec.id),
-            keys::unsealed(rec.id),
-        ] {
-            db.delete_meta(&mut b, &key);
+        self.storage.forget_volume(&mut b, &rec, &versions)?;
+        self.storage.db.write(b, true)?;
+        let backend = self.storage.chunks.backend();
+        // On a shared store, the deletion record first: every other host
+        // then forgets the volume (`sync/view.rs`).
+        if self.remote.is_some() {
+            backend.put(&objects::deleted_volume(rec.id), name.to_string().into())?;
         }
-        for prefix in [
-            keys::log_prefix(rec.id),
-            keys::tag_prefix(rec.id),
-            keys::tag_seen_prefix(rec.id),
-            keys::rollback_prefix(rec.id),
-            keys::durable_prefix(rec.id),
-        ] {
-            for (k, _) in db.scan_meta(&prefix)? {
-                db.delete_meta(&mut b, &k);
-            }
-        }
-        for v in &versions {
-            db.delete_meta(&mut b, &keys::version(&v.id));
-            db.delete_meta(&mut b, &keys::damaged(&v.id));
-        }
-        self.storage.overlay(rec.id).clear(&mut b);
-        db.write(b, true)?;
         // The volume record's object first: a deletion cut short leaves
         // records of no volume, never a volume whose versions look lost.
-        let backend = self.storage.chunks.backend();
         backend.delete(&objects::volume(rec.id))?;
         for v in &versions {
             backend.delete(&objects::version(&v.id))?;
@@ -332,6 +312,7 @@ impl Volumes {
         backend.delete(&objects::head(rec.id))?;
         if let Some(r) = &self.remote {
             r.deleted(rec.id);
+            r.bump();
         }
         head.mark_deleted();
         self.storage.log.drop_below(rec.id, u64::MAX)

@@ -106,6 +106,46 @@ impl Storage {
     pub fn map(&self) -> Map<'_, ChunkStore> {
         Map::new(self.chunks.as_ref())
     }
+
+    /// Adds to `b` the removal of everything this index holds of volume
+    /// `rec`, whose versions are `versions`: its record, head, log, names,
+    /// rollbacks, overlay and data log marks (its objects are the caller's;
+    /// after the write, `log.drop_below(rec.id, u64::MAX)` removes its
+    /// data log segments).
+    pub(crate) fn forget_volume(
+        &self,
+        b: &mut crate::db::Batch,
+        rec: &crate::records::VolumeRecord,
+        versions: &[crate::records::VersionRecord],
+    ) -> Result<()> {
+        let db = &self.db;
+        for key in [
+            keys::volume(rec.name.as_str()),
+            keys::head(rec.id),
+            keys::published(rec.id),
+            keys::log_floor(rec.id),
+            keys::unsealed(rec.id),
+        ] {
+            db.delete_meta(b, &key);
+        }
+        for prefix in [
+            keys::log_prefix(rec.id),
+            keys::tag_prefix(rec.id),
+            keys::tag_seen_prefix(rec.id),
+            keys::rollback_prefix(rec.id),
+            keys::durable_prefix(rec.id),
+        ] {
+            for (k, _) in db.scan_meta(&prefix)? {
+                db.delete_meta(b, &k);
+            }
+        }
+        for v in versions {
+            db.delete_meta(b, &keys::version(&v.id));
+            db.delete_meta(b, &keys::damaged(&v.id));
+        }
+        self.overlay(rec.id).clear(b);
+        Ok(())
+    }
 }
 
 /// A writer's right to change a volume, checked before every change: on a

@@ -90,6 +90,20 @@ pub fn deleted_version(id: &VersionId) -> Path {
     Path::from(format!("{DELETED_VERSIONS}/{id}"))
 }
 
+/// Prefix of the deletion records of volumes (shared stores).
+pub const DELETED_VOLUMES: &str = "deleted/volumes";
+
+/// The record that volume `id` was deleted (its name, as text).
+pub fn deleted_volume(id: VolumeId) -> Path {
+    Path::from(format!("{DELETED_VOLUMES}/{:016x}", id.0))
+}
+
+/// Parses a volume deletion record's key back into the volume id.
+pub fn parse_deleted_volume(key: &Path) -> Option<VolumeId> {
+    let hex = key.as_ref().strip_prefix("deleted/volumes/")?;
+    Some(VolumeId(u64::from_str_radix(hex, 16).ok()?))
+}
+
 /// Parses a deletion record's key back into the version id.
 pub fn parse_deleted_version(key: &Path) -> Option<VersionId> {
     VersionId::parse(key.as_ref().strip_prefix("deleted/versions/")?)
@@ -127,6 +141,9 @@ mod tests {
         let id = VersionId([0x3d; 16]);
         assert_eq!(parse_deleted_version(&deleted_version(&id)), Some(id));
         assert_eq!(parse_deleted_version(&version(&id)), None);
+        let vol = VolumeId(0x2a);
+        assert_eq!(parse_deleted_volume(&deleted_volume(vol)), Some(vol));
+        assert_eq!(parse_deleted_volume(&deleted_version(&id)), None);
     }
 
     #[test]

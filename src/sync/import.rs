@@ -71,6 +71,16 @@ fn import_objects(
     // Each volume's head, for the line of versions its log follows
     // (known volumes' are read below, only if new versions arrive).
     let mut heads: Vec<(VolumeId, HeadRecord)> = Vec::new();
+    // Volumes deleted on any host are not taken (shared stores).
+    let gone = match publisher {
+        Some(_) => super::view::deleted_volumes(backend)?,
+        None => HashSet::new(),
+    };
+    // A deleted volume's id is never given again: its deletion record
+    // would make other hosts forget the new volume.
+    if let Some(last) = gone.iter().map(|v| v.0).max() {
+        next_id = next_id.max(last + 1);
+    }
     for o in backend.list(objects::VOLUMES)? {
         let raw = match backend.get(&o.location) {
             Ok(raw) => raw,
@@ -82,7 +92,7 @@ fn import_objects(
             .map_err(|e| Error::corrupt(format!("{}: {e}", o.location)))?;
         // Its id is taken even if its creation never finished.
         next_id = next_id.max(rec.id.0 + 1);
-        if known.contains(&rec.id) {
+        if known.contains(&rec.id) || gone.contains(&rec.id) {
             continue;
         }
         // The head object is the commit point of a volume's creation:

@@ -116,8 +116,33 @@ impl Remote {
         if now.is_empty() || seen.imported.as_ref() != Some(&now) {
             self.import()?;
         }
+        self.forget_volumes(open)?;
         self.refresh_heads(open)?;
         self.record(&mut seen, now)
+    }
+
+    /// Forgets the volumes other hosts deleted (their deletion records),
+    /// except those `open` says this process writes (a deletion elsewhere
+    /// took their lease: their writes fail, and a later look forgets them).
+    fn forget_volumes(&self, open: &dyn Fn(VolumeId) -> bool) -> Result<()> {
+        let deleted = deleted_volumes(self.backend())?;
+        let storage = &self.storage;
+        for rec in storage.records.volumes()? {
+            if !deleted.contains(&rec.id) || open(rec.id) {
+                continue;
+            }
+            let versions = storage.records.log(&rec)?;
+            let mut b = Batch::default();
+            storage.forget_volume(&mut b, &rec, &versions)?;
+            for v in &versions {
+                self.db().put_meta(&mut b, &keys::deleted(&v.id), rec.name.to_string());
+            }
+            self.db().write(b, true)?;
+            self.publisher.saw(rec.id, None);
+            storage.log.drop_below(rec.id, u64::MAX)?;
+            tracing::info!(volume = %rec.name, "deleted on another host; forgotten");
+        }
+        Ok(())
     }
 
     /// Remembers that this host's view is at generation `now`.
@@ -155,6 +180,15 @@ impl Remote {
             Ok(())
         }
     }
+}
+
+/// The volumes deleted on any host (their deletion records).
+pub(super) fn deleted_volumes(backend: &Backend) -> Result<HashSet<VolumeId>> {
+    let mut out = HashSet::new();
+    for o in backend.list(objects::DELETED_VOLUMES)? {
+        out.extend(objects::parse_deleted_volume(&o.location));
+    }
+    Ok(out)
 }
 
 /// The versions deleted on any host (their deletion records).

@@ -7,7 +7,10 @@
 //! Negative controls (by hand): in `sync/view.rs`, `forget_deleted`
 //! returning at once: the first test fails, B still listing the deleted
 //! version; in `sync/names.rs`, `claim` putting the name unconditionally:
-//! the naming race ends with two winners (3 runs of 3).
+//! the naming race ends with two winners (3 runs of 3); `forget_volumes`
+//! returning at once: B still lists the deleted volume; the import not
+//! counting deleted volumes' ids: C's new `v` takes the deleted one's id,
+//! and A forgets it.
 //!
 //! Names too: a name set on one host means that version on every host,
 //! two hosts naming two versions alike at once get one winner, and a
@@ -51,16 +54,23 @@ fn gc(store: &Path) -> serde_json::Value {
     serde_json::from_str(&out).expect("gc --json")
 }
 
-/// A moto server with `bucket`, and two hosts (A, B) that joined it empty.
-fn two_hosts(bucket: &str) -> (S3, tempfile::TempDir, PathBuf, PathBuf) {
+/// A moto server with `bucket`, and `n` hosts that joined it empty.
+fn hosts(bucket: &str, n: usize) -> (S3, tempfile::TempDir, Vec<PathBuf>) {
     let s3 = S3::start(bucket);
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("host-a"), dir.path().join("host-b"));
     let url = format!("s3://{bucket}/store");
-    for h in [&a, &b] {
+    let all: Vec<PathBuf> = (0..n).map(|i| dir.path().join(format!("host-{i}"))).collect();
+    for h in &all {
         ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
     }
-    (s3, dir, a, b)
+    (s3, dir, all)
+}
+
+/// [`hosts`] for two: A and B.
+fn two_hosts(bucket: &str) -> (S3, tempfile::TempDir, PathBuf, PathBuf) {
+    let (s3, dir, mut all) = hosts(bucket, 2);
+    let b = all.pop().unwrap();
+    (s3, dir, all.pop().unwrap(), b)
 }
 
 #[test]
@@ -174,4 +184,39 @@ fn a_name_means_one_version_on_every_host() {
     assert!(err.contains("no version named \"rel\""), "{err}");
     ok(&b, &["tag", &at_newer, "from-b"]);
     assert!(export(&a, "d@from-b", &out).unwrap() == second, "A reads another d@from-b");
+}
+
+#[test]
+fn volumes_made_and_deleted_on_one_host_come_and_go_on_two_others() {
+    let (_s3, dir, all) = hosts("shared-volumes", 3);
+    let [a, b, c] = <[PathBuf; 3]>::try_from(all).unwrap();
+    let (out, img) = (dir.path().join("out.img"), dir.path().join("in.img"));
+    let (v1, w, v2) = (random(4 * BLOCK, 31), random(4 * BLOCK, 33), random(4 * BLOCK, 35));
+    // v gets the highest volume id; C runs nothing until v is deleted, so
+    // only the bucket tells it that id was taken.
+    for (name, data) in [("w", &w), ("v", &v1)] {
+        std::fs::write(&img, data).unwrap();
+        ok(&a, &["import", name, img.to_str().unwrap()]);
+    }
+    assert_eq!(names(&b), ["v", "w"]);
+    assert!(export(&b, "v", &out).unwrap() == v1, "B reads another v");
+    let old = ids(&b, "v");
+    ok(&a, &["volume", "delete", "v"]);
+    for h in [&b, &c] {
+        assert_eq!(names(h), ["w"], "{} still lists the deleted volume", h.display());
+        let err = export(h, "v", &out).unwrap_err();
+        assert!(err.contains("no volume named"), "{}: {err}", h.display());
+        let err = export(h, &format!("v@{}", old[0]), &out).unwrap_err();
+        assert!(err.contains("no volume named"), "{}: {err}", h.display());
+    }
+    // A new volume of the same name, made on C: another volume, read as
+    // itself on A and B (its id is not the deleted one's, or they would
+    // take the deletion for its).
+    std::fs::write(&img, &v2).unwrap();
+    ok(&c, &["import", "v", img.to_str().unwrap()]);
+    for h in [&a, &b] {
+        assert_eq!(names(h), ["v", "w"], "{}", h.display());
+        assert!(export(h, "v", &out).unwrap() == v2, "{} reads the old v", h.display());
+        assert!(export(h, "w", &out).unwrap() == w, "{} lost w", h.display());
+    }
 }

@@ -123,6 +123,7 @@ impl Storage {
             keys::volume(rec.name.as_str()),
             keys::head(rec.id),
             keys::published(rec.id),
+            keys::head_seen(rec.id),
             keys::log_floor(rec.id),
             keys::unsealed(rec.id),
         ] {

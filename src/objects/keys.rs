@@ -50,6 +50,12 @@ pub fn head(id: VolumeId) -> Path {
     Path::from(format!("{HEADS}/{:016x}.json", id.0))
 }
 
+/// Parses a head key back into its volume id.
+pub fn parse_head(key: &Path) -> Option<VolumeId> {
+    let hex = key.as_ref().strip_prefix("heads/")?.strip_suffix(".json")?;
+    Some(VolumeId(u64::from_str_radix(hex, 16).ok()?))
+}
+
 /// Prefix of the tombstones GC leaves on a shared store (one per pack it
 /// retired; the pack object goes only once every host acknowledged it).
 pub const GC_TOMBSTONES: &str = "gc";
@@ -142,6 +148,8 @@ mod tests {
         assert_eq!(parse_deleted_version(&deleted_version(&id)), Some(id));
         assert_eq!(parse_deleted_version(&version(&id)), None);
         let vol = VolumeId(0x2a);
+        assert_eq!(parse_head(&head(vol)), Some(vol));
+        assert_eq!(parse_head(&lease(vol)), None);
         assert_eq!(parse_deleted_volume(&deleted_volume(vol)), Some(vol));
         assert_eq!(parse_deleted_volume(&deleted_version(&id)), None);
     }

@@ -71,6 +71,11 @@ pub fn deleted(id: &VersionId) -> String {
 pub fn deleted_prefix(hex: &str) -> String {
     format!("{DELETED_PREFIX}{hex}")
 }
+/// Shared stores: the ETag of volume `v`'s head object when this host last
+/// compared it with its own head (`sync/import.rs`).
+pub fn head_seen(v: VolumeId) -> String {
+    format!("headseen/{:016x}", v.0)
+}
 /// What this host last saw of a shared store's graph (`sync/view.rs`).
 pub const VIEW: &str = "view";
 /// Present while a deferred head holds unsealed writes (see

@@ -245,17 +245,34 @@ impl Remote {
     /// Takes the remote's head of every volume that another host advanced,
     /// except those `open` says this process is writing, so that GC marks
     /// from it. A local head this host has yet to publish stays.
+    ///
+    /// One listing of the head objects first: a volume whose head object
+    /// has the ETag this host saw when it last compared (`headseen/` in
+    /// its index) is as it was then, and is not read again.
     pub(crate) fn refresh_heads(&self, open: &dyn Fn(VolumeId) -> bool) -> Result<()> {
+        let listed: HashMap<VolumeId, String> = self
+            .backend()
+            .list(objects::HEADS)?
+            .into_iter()
+            .filter_map(|o| Some((objects::parse_head(&o.location)?, o.e_tag?)))
+            .collect();
         let mut b = Batch::default();
         for vol in self.storage.records.volumes()? {
             if open(vol.id) {
                 continue;
             }
+            let seen = self.db().get_meta(&keys::head_seen(vol.id))?;
+            let etag = listed.get(&vol.id);
+            if etag.is_some_and(|e| seen.as_deref() == Some(e.as_bytes())) {
+                continue;
+            }
             let local = self.storage.records.head(vol.id)?;
-            if let Some(Reconciled { taken: true, version, .. }) =
-                self.reconcile(&mut b, &vol, &local)?
-            {
-                self.publisher.saw(vol.id, Some(version));
+            let Some(r) = self.reconcile(&mut b, &vol, &local)? else { continue };
+            if let Some(e) = &r.version.e_tag {
+                self.db().put_meta(&mut b, &keys::head_seen(vol.id), e);
+            }
+            if r.taken {
+                self.publisher.saw(vol.id, Some(r.version));
             }
         }
         self.db().write(b, true)

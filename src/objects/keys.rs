@@ -41,6 +41,12 @@ pub fn volume(id: VolumeId) -> Path {
     Path::from(format!("{VOLUMES}/{:016x}.json", id.0))
 }
 
+/// Parses a volume record's key back into its id.
+pub fn parse_volume(key: &Path) -> Option<VolumeId> {
+    let hex = key.as_ref().strip_prefix("volumes/")?.strip_suffix(".json")?;
+    Some(VolumeId(u64::from_str_radix(hex, 16).ok()?))
+}
+
 /// The single-writer lease of a volume (remote stores).
 pub fn lease(id: VolumeId) -> Path {
     Path::from(format!("leases/{:016x}.json", id.0))
@@ -150,6 +156,8 @@ mod tests {
         let vol = VolumeId(0x2a);
         assert_eq!(parse_head(&head(vol)), Some(vol));
         assert_eq!(parse_head(&lease(vol)), None);
+        assert_eq!(parse_volume(&volume(vol)), Some(vol));
+        assert_eq!(parse_volume(&head(vol)), None);
         assert_eq!(parse_deleted_volume(&deleted_volume(vol)), Some(vol));
         assert_eq!(parse_deleted_volume(&deleted_version(&id)), None);
     }

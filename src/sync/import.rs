@@ -82,6 +82,14 @@ fn import_objects(
         next_id = next_id.max(last + 1);
     }
     for o in backend.list(objects::VOLUMES)? {
+        // Known by its key: not read again (one GET per volume per import
+        // would grow with the store).
+        if let Some(id) = objects::parse_volume(&o.location) {
+            next_id = next_id.max(id.0 + 1);
+            if known.contains(&id) || gone.contains(&id) {
+                continue;
+            }
+        }
         let raw = match backend.get(&o.location) {
             Ok(raw) => raw,
             // Deleted by another host since the listing.

@@ -75,6 +75,11 @@ pub fn run(
 /// "unavailable" or not at all meanwhile.
 pub const HOLDER_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long a command waits for a word from the process holding the store:
+/// it answers, or sends a heartbeat every [`HEARTBEAT`] while it works.
+pub const SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long a command waits for a store held by a process without a
 /// control socket (see `run`).
 const NO_SOCKET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -96,11 +101,38 @@ pub fn call(dir: &Path, req: &Request) -> Result<serde_json::Value> {
     // unread (the server finishes every request it read before it goes):
     // on its way out, like a socket that does not answer.
     let exiting = |e: std::io::Error| Error::from(e).with_detail(Detail::HolderExiting);
+    // A holder that says nothing for this long is stopped (SIGSTOP) or
+    // hung: working on a request, it sends a heartbeat every second.
+    let silent = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            let by = crate::db::Holder::of(dir).map(|h| format!(" ({h})")).unwrap_or_default();
+            Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "the process holding the store at {}{by} has not answered for {} s: it is stopped \
+                 (kill -CONT) or hung (kill it)",
+                    dir.display(),
+                    SILENCE.as_secs()
+                ),
+            )
+        }
+        _ => exiting(e),
+    };
+    s.set_read_timeout(Some(SILENCE))?;
+    s.set_write_timeout(Some(SILENCE))?;
     let mut raw = serde_json::to_vec(req)?;
     raw.push(b'\n');
-    s.write_all(&raw).map_err(exiting)?;
+    s.write_all(&raw).map_err(silent)?;
     let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).map_err(exiting)?;
+    let mut reader = BufReader::new(s);
+    // Heartbeats are empty lines; the answer is the first other line (or
+    // nothing, if the connection closes first).
+    while line.trim().is_empty() {
+        line.clear();
+        if reader.read_line(&mut line).map_err(silent)? == 0 {
+            break;
+        }
+    }
     match serde_json::from_str::<Response>(&line) {
         Ok(Response::Ok(v)) => Ok(v),
         Ok(Response::Err { kind, message, exiting }) => {
@@ -249,7 +281,7 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
         Ok(_) => match serde_json::from_str::<Request>(&line) {
             Ok(req) => {
                 tracing::info!(?req, "control request");
-                execute(store, extensions, &req, &Quiet)
+                with_heartbeats(&conn, || execute(store, extensions, &req, &Quiet))
             }
             Err(e) => Err(Error::invalid(format!("bad control request: {e}"))),
         },
@@ -263,6 +295,28 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
     };
     let mut w = &conn;
     let _ = serde_json::to_writer(&mut w, &resp).map(|_| w.write_all(b"\n"));
+}
+
+/// Runs `work`, sending an empty line on `conn` every [`HEARTBEAT`] until
+/// it returns: the caller then knows a long request from a holder that is
+/// stopped or hung. Returns once the last heartbeat is written, so the
+/// answer that follows is never interleaved with one.
+fn with_heartbeats<T>(conn: &UnixStream, work: impl FnOnce() -> T) -> T {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut w = conn;
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(HEARTBEAT)
+            {
+                if w.write_all(b"\n").is_err() {
+                    return;
+                }
+            }
+        });
+        let out = work();
+        drop(done);
+        out
+    })
 }
 
 impl Drop for Server {

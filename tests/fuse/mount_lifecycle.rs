@@ -248,3 +248,53 @@ fn a_mount_whose_fuse_connection_is_aborted_exits_on_its_own() {
     ok(&store, &["export", "ws", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(out.join("kept")).unwrap(), b"fsynced");
 }
+
+/// A command to a holder stopped with SIGSTOP returns within the control
+/// socket's silence bound (10 s), in one line that names the holder; once
+/// the holder runs again, commands reach it. A request that takes longer
+/// than the bound (a sync of many writes) is kept alive by heartbeats.
+/// Negative control (by hand, `service/socket.rs` without the read
+/// timeout): the command waits until this test's 40 s deadline kills it.
+#[test]
+fn a_command_to_a_stopped_holder_returns_within_a_bound() {
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("a"), b"before the stop").unwrap();
+    let pid = m.pid() as i32;
+    // SAFETY: signals to the mount process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let resume = || unsafe { libc::kill(pid, libc::SIGCONT) };
+    let t = std::time::Instant::now();
+    let mut child = crate::common::command(&store, &["status"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > std::time::Duration::from_secs(40) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let took = t.elapsed();
+    resume();
+    let status =
+        status.unwrap_or_else(|| panic!("status to a stopped holder still waits after 40 s"));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "status succeeded against a stopped holder");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    assert!(err.contains("has not answered") && err.contains(&pid.to_string()), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // Running again, it answers, and keeps what it was given.
+    ok(&store, &["status"]);
+    ok(&store, &["sync"]);
+    m.unmount();
+    let out = _d.path().join("out");
+    ok(&store, &["export", "ws", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(out.join("a")).unwrap(), b"before the stop");
+}

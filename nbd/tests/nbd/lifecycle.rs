@@ -61,13 +61,20 @@ fn sigint_does_the_same() {
     stop_with_stuck_clients(libc::SIGINT);
 }
 
-/// A control request straight to the store's socket; the answer's line.
+/// A control request straight to the store's socket; the answer's line
+/// (after the heartbeats, empty lines, of a request that takes a while).
 fn control(store: &std::path::Path, request: &str) -> std::io::Result<String> {
     use std::io::{BufRead, BufReader};
     let mut s = UnixStream::connect(store.join("control.sock"))?;
     s.write_all(format!("{request}\n").as_bytes())?;
     let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line)?;
+    let mut r = BufReader::new(&s);
+    while line.trim().is_empty() {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            break;
+        }
+    }
     Ok(line)
 }
 

@@ -298,3 +298,59 @@ fn a_command_to_a_stopped_holder_returns_within_a_bound() {
     ok(&store, &["export", "ws", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(out.join("a")).unwrap(), b"before the stop");
 }
+
+/// The disk under the store fills while a workspace is mounted: writes
+/// that cannot reach the store fail (at the write or at fsync, never
+/// acknowledged by a successful fsync), `forkfs snapshot` fails in one
+/// line with the no-space code, the fsynced file of before is kept; with
+/// room again the store takes writes and snapshots, and with the disk
+/// full again SIGTERM still ends the mount process. Negative control (by
+/// hand, `mount/fuse.rs` answering write and fsync with success whatever
+/// the store said): the 16 MiB write and fsync succeed, and the test fails.
+#[test]
+fn a_full_store_disk_under_a_mount_fails_writes_and_the_mount_stays_stoppable() {
+    use std::io::Write;
+    let outer = tempfile::tempdir().unwrap();
+    let small = outer.path().join("small");
+    let tmpfs = Tmpfs::mount(&small, "size=64m");
+    let store = small.join("store");
+    ok(&store, &["init"]);
+    let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
+    let before = crate::common::random(1 << 20, 41);
+    let mut f = std::fs::File::create(m.path("a")).unwrap();
+    f.write_all(&before).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let fill = tmpfs.fill(0);
+    // 16 MiB more than there is room for: it fails somewhere.
+    let big = crate::common::random(16 << 20, 43);
+    let wrote = std::fs::File::create(m.path("b")).and_then(|mut f| {
+        f.write_all(&big)?;
+        f.sync_all()
+    });
+    let err = wrote.expect_err("16 MiB written and fsynced on a full disk");
+    assert!(
+        matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EIO)),
+        "not ENOSPC or EIO: {err}\n{}",
+        m.log()
+    );
+    let (code, msg) = fails(&store, &["snapshot", "ws"]);
+    assert_eq!(code, 73, "{msg}");
+    // Room again: the store takes writes and a snapshot, `a` intact.
+    std::fs::remove_file(&fill).unwrap();
+    let _ = std::fs::remove_file(m.path("b"));
+    std::fs::write(m.path("c"), b"after the room came back").unwrap();
+    ok(&store, &["snapshot", "ws", "--name", "after"]);
+    assert!(std::fs::read(m.path("a")).unwrap() == before, "a changed under the full disk");
+    // Full again: SIGTERM ends the process all the same.
+    let fill = tmpfs.fill(0);
+    let pid = m.pid();
+    // SAFETY: a signal to the mount process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert!(wait_gone(pid, 30), "the mount outlived SIGTERM on a full disk:\n{}", m.log());
+    std::fs::remove_file(&fill).unwrap();
+    let out = outer.path().join("out");
+    ok(&store, &["export", "ws@after", out.to_str().unwrap()]);
+    assert!(std::fs::read(out.join("a")).unwrap() == before, "a lost");
+    assert_eq!(std::fs::read(out.join("c")).unwrap(), b"after the room came back");
+}

@@ -199,6 +199,9 @@ impl Backend {
         data: Bytes,
         expected: Option<UpdateVersion>,
     ) -> Result<UpdateVersion> {
+        if let Some(root) = &self.local_root {
+            return self.put_conditional_local(root, key, data, expected);
+        }
         let store = self.store.clone();
         let k = key.clone();
         self.run(async move {
@@ -229,10 +232,46 @@ impl Backend {
         }
     }
 
-    /// Whether objects live in a local directory (the embedded store or a
-    /// `file://` remote), where conditional updates are not available.
-    pub fn is_local(&self) -> bool {
-        self.local_root.is_some()
+    /// [`Backend::put_conditional`] in a local directory (a `file://`
+    /// remote), which `LocalFileSystem` cannot do (it has no conditional
+    /// update): the comparison and the put are one step for every process
+    /// on the host under an exclusive `flock` of `<root>/.conditional.lock`,
+    /// which every conditional put takes. The version is the object's
+    /// ETag (inode, mtime and size: every put makes a new file).
+    fn put_conditional_local(
+        &self,
+        root: &std::path::Path,
+        key: &Path,
+        data: Bytes,
+        expected: Option<UpdateVersion>,
+    ) -> Result<UpdateVersion> {
+        use std::os::fd::AsRawFd;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.join(".conditional.lock"))?;
+        // SAFETY: flock on a descriptor this function owns; released when
+        // `lock` is closed.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        let current = match self.head(key) {
+            Ok(m) => Some(m.e_tag),
+            Err(e) if e.kind() == crate::error::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let holds = match (&expected, &current) {
+            (None, None) => true,
+            (Some(want), Some(have)) => want.e_tag.is_some() && want.e_tag == *have,
+            _ => false,
+        };
+        if !holds {
+            return Err(Error::conflict(format!("{key}: changed by another writer")));
+        }
+        self.put(key, data)?;
+        let m = self.head(key)?;
+        Ok(UpdateVersion { e_tag: m.e_tag, version: None })
     }
 
     pub fn get(&self, key: &Path) -> Result<Bytes> {

@@ -199,7 +199,7 @@ impl Store {
                 .as_ref()
                 .map(|_| (dir.join("cache"), config.disk_cache_bytes)),
             readahead: settings.readahead(),
-            shared: config.remote.is_some() && backend.outbox().is_some(),
+            shared: config.remote.is_some(),
         };
         let index = ChunkIndex::new(db.clone());
         let chunks = Arc::new(ChunkStore::new(backend.clone(), index, chunk_config));
@@ -212,13 +212,12 @@ impl Store {
             },
             records: Records::new(db.clone(), backend.clone()),
         });
-        // A store on S3/GCS/Azure (puts go through the outbox) has a
-        // remote side: leases, publishing, imports.
-        let remote = match (backend.outbox(), stall) {
-            (Some(_), Some(stall)) => {
-                Some(Remote::start(storage.clone(), stall, settings.lease_ttl())?)
-            }
-            _ => None,
+        // A store on a remote (S3/GCS/Azure, or a `file://` directory that
+        // other store directories may share) has a remote side: leases,
+        // publishing, imports, one graph for every host.
+        let remote = match stall {
+            Some(stall) => Some(Remote::start(storage.clone(), stall, settings.lease_ttl())?),
+            None => None,
         };
         // Every host of a shared store takes part in its GC: registered
         // before it indexes anything, then absorbing tombstones at the pace

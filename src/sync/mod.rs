@@ -7,9 +7,10 @@
 //! - [`import`]: what other hosts committed comes into the local index,
 //!   and a head another host advanced replaces this host's.
 //!
-//! [`Remote`] is the service the layers above call. A store whose objects
-//! are local files (the embedded default, `file://`) has none: one process
-//! opens such a store at a time.
+//! [`Remote`] is the service the layers above call. Every store with a
+//! remote has one (S3/GCS/Azure, and a `file://` directory that other
+//! store directories may share); the embedded default has none: one
+//! process opens it at a time.
 //!
 //! Uses the heads (their storage and overlays), the records, the chunk
 //! store, the database and the object stores below it.

@@ -2,7 +2,8 @@
 //! and syncs (a volume, versions, a head) or deletes reaches the others
 //! without a new `init`, and a GC after a deletion never leaves another
 //! host listing a version it can no longer read, even a host that was
-//! stopped during the deletion and the GC.
+//! stopped during the deletion and the GC. Each test runs on moto's S3 API
+//! and on a `file://` bucket shared by the store directories.
 //!
 //! Negative controls (by hand): in `sync/view.rs`, `forget_deleted`
 //! returning at once: the first test fails, B still listing the deleted
@@ -10,7 +11,9 @@
 //! the naming race ends with two winners (3 runs of 3); `forget_volumes`
 //! returning at once: B still lists the deleted volume; the import not
 //! counting deleted volumes' ids: C's new `v` takes the deleted one's id,
-//! and A forgets it.
+//! and A forgets it; no remote side for `file://` buckets (as before):
+//! all four `file://` tests fail; no `flock` in the local conditional
+//! put: the naming race on `file://` ends with two winners (2 runs of 3).
 //!
 //! Names too: a name set on one host means that version on every host,
 //! two hosts naming two versions alike at once get one winner, and a
@@ -54,29 +57,69 @@ fn gc(store: &Path) -> serde_json::Value {
     serde_json::from_str(&out).expect("gc --json")
 }
 
-/// A moto server with `bucket`, and `n` hosts that joined it empty.
-fn hosts(bucket: &str, n: usize) -> (S3, tempfile::TempDir, Vec<PathBuf>) {
-    let s3 = S3::start(bucket);
+/// Where the hosts' bucket is: moto's S3 API, or a local directory.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    S3,
+    File,
+}
+
+/// A bucket of `kind` (moto's named `bucket`), and `n` hosts that joined
+/// it empty. The server (if any) and the directory live as long as the
+/// first two values.
+fn hosts(kind: Kind, bucket: &str, n: usize) -> (Option<S3>, tempfile::TempDir, Vec<PathBuf>) {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("s3://{bucket}/store");
+    let (s3, init): (Option<S3>, Vec<String>) = match kind {
+        Kind::S3 => {
+            let s3 = S3::start(bucket);
+            let url = format!("s3://{bucket}/store");
+            let args = ["--allow-http", "--remote", &url, "--endpoint", &s3.endpoint];
+            let args = args.iter().map(|a| a.to_string()).collect();
+            (Some(s3), args)
+        }
+        Kind::File => {
+            let url = format!("file://{}", dir.path().join("bucket").display());
+            (None, vec!["--remote".to_string(), url])
+        }
+    };
     let all: Vec<PathBuf> = (0..n).map(|i| dir.path().join(format!("host-{i}"))).collect();
     for h in &all {
-        ok(h, &["init", "--allow-http", "--remote", &url, "--endpoint", &s3.endpoint]);
+        let mut args = vec!["init"];
+        args.extend(init.iter().map(String::as_str));
+        ok(h, &args);
     }
     (s3, dir, all)
 }
 
 /// [`hosts`] for two: A and B.
-fn two_hosts(bucket: &str) -> (S3, tempfile::TempDir, PathBuf, PathBuf) {
-    let (s3, dir, mut all) = hosts(bucket, 2);
+fn two_hosts(kind: Kind, bucket: &str) -> (Option<S3>, tempfile::TempDir, PathBuf, PathBuf) {
+    let (s3, dir, mut all) = hosts(kind, bucket, 2);
     let b = all.pop().unwrap();
     (s3, dir, all.pop().unwrap(), b)
 }
 
-#[test]
-fn volumes_versions_heads_and_deletions_reach_the_other_host_and_gc_never_strands_it() {
+/// `#[test]`s running `body` on S3 (`NAME_on_s3`) and on a `file://`
+/// bucket (`NAME_on_file`).
+macro_rules! on_both {
+    ($name:ident, $s3:ident, $file:ident) => {
+        #[test]
+        fn $s3() {
+            $name(Kind::S3);
+        }
+        #[test]
+        fn $file() {
+            $name(Kind::File);
+        }
+    };
+}
+
+on_both!(deletions_and_gc, deletions_and_gc_on_s3, deletions_and_gc_on_file);
+
+/// Volumes, versions, heads and deletions reach the other host, and a GC
+/// never strands it.
+fn deletions_and_gc(kind: Kind) {
     // The server and the directories live to the end of the test.
-    let (_s3, dir, a, b) = two_hosts("shared-graph");
+    let (_s3, dir, a, b) = two_hosts(kind, "shared-graph");
     let out = dir.path().join("out.img");
     let img = dir.path().join("in.img");
     // B joined an empty store. A creates a volume and commits two
@@ -124,9 +167,11 @@ fn volumes_versions_heads_and_deletions_reach_the_other_host_and_gc_never_strand
     assert_eq!(fsck["problems"].as_array().map(Vec::len), Some(0), "{fsck}");
 }
 
-#[test]
-fn a_host_imports_only_when_another_host_changed_the_graph() {
-    let (_s3, dir, a, b) = two_hosts("shared-graph-quiet");
+on_both!(quiet, quiet_view_on_s3, quiet_view_on_file);
+
+/// A host imports only when another host changed the graph.
+fn quiet(kind: Kind) {
+    let (_s3, dir, a, b) = two_hosts(kind, "shared-graph-quiet");
     let img = dir.path().join("in.img");
     std::fs::write(&img, random(4 * BLOCK, 9)).unwrap();
     ok(&a, &["import", "d", img.to_str().unwrap()]);
@@ -145,9 +190,11 @@ fn a_host_imports_only_when_another_host_changed_the_graph() {
     assert_eq!(names(&b), ["d", "e"]);
 }
 
-#[test]
-fn a_name_means_one_version_on_every_host() {
-    let (_s3, dir, a, b) = two_hosts("shared-names");
+on_both!(names_are_shared, one_name_one_version_on_s3, one_name_one_version_on_file);
+
+/// A name means one version on every host.
+fn names_are_shared(kind: Kind) {
+    let (_s3, dir, a, b) = two_hosts(kind, "shared-names");
     let (out, img) = (dir.path().join("out.img"), dir.path().join("in.img"));
     let (first, second) = (random(4 * BLOCK, 21), random(4 * BLOCK, 23));
     for data in [&first, &second] {
@@ -186,9 +233,11 @@ fn a_name_means_one_version_on_every_host() {
     assert!(export(&a, "d@from-b", &out).unwrap() == second, "A reads another d@from-b");
 }
 
-#[test]
-fn volumes_made_and_deleted_on_one_host_come_and_go_on_two_others() {
-    let (_s3, dir, all) = hosts("shared-volumes", 3);
+on_both!(volumes_come_and_go, volumes_come_and_go_on_s3, volumes_come_and_go_on_file);
+
+/// Volumes made and deleted on one host come and go on two others.
+fn volumes_come_and_go(kind: Kind) {
+    let (_s3, dir, all) = hosts(kind, "shared-volumes", 3);
     let [a, b, c] = <[PathBuf; 3]>::try_from(all).unwrap();
     let (out, img) = (dir.path().join("out.img"), dir.path().join("in.img"));
     let (v1, w, v2) = (random(4 * BLOCK, 31), random(4 * BLOCK, 33), random(4 * BLOCK, 35));

@@ -2,13 +2,16 @@
 //! changed, cheaply, and forgets what they deleted.
 //!
 //! - Every change a host makes visible to the others (a head published, a
-//!   volume created, a version deleted) is followed by a rewrite of the
-//!   generation object (`graph/generation`, [`bump`]).
-//! - Before a name is resolved or volumes are listed, and at every tick of
-//!   the remote side, a host compares that object's ETag with the one it
-//!   saw last ([`Remote::moved`] and [`Remote::catch_up`]): one HEAD request when nothing changed.
-//!   When it changed, the host imports what is new (volumes, versions,
-//!   packs), applies deletions, and takes the heads other hosts advanced.
+//!   volume created, a version or volume deleted, a name set or removed)
+//!   is followed by a rewrite of the generation object
+//!   (`graph/generation`, [`bump`]).
+//! - Before a name is resolved or volumes are listed, a host compares that
+//!   object's ETag with the one it saw last ([`Remote::moved`]): one HEAD
+//!   request when nothing changed. When it changed ([`Remote::catch_up`]),
+//!   the host imports what is new (volumes, versions, packs, names),
+//!   forgets what was deleted, and takes the heads other hosts advanced.
+//!   At every tick of the remote side, a long-running process imports the
+//!   records the same way ([`Remote::importer`]), heads excepted.
 //! - A deleted version leaves a deletion record (`deleted/versions/<id>`),
 //!   put before its record object goes. A host that imports it forgets the
 //!   version ([`forget_deleted`]) and, from then on, answers a reference
@@ -17,6 +20,8 @@
 //!   reading) the data of a version deleted elsewhere, and GC, which
 //!   waits for every live host's acknowledgement, never deletes a pack a
 //!   host still lists a version in.
+//! - A deleted volume leaves `deleted/volumes/<id>` the same way, and its
+//!   id is never given again.
 //!
 //! The generation is read before the import and remembered only after it
 //! succeeded: a change that lands during an import is seen by the next one.

@@ -13,7 +13,9 @@
 //! counting deleted volumes' ids: C's new `v` takes the deleted one's id,
 //! and A forgets it; no remote side for `file://` buckets (as before):
 //! all four `file://` tests fail; no `flock` in the local conditional
-//! put: the naming race on `file://` ends with two winners (2 runs of 3).
+//! put: the naming race on `file://` ends with two winners (2 runs of 3);
+//! imports that take no names (build the binaries: `forkfs prune` runs
+//! `forkfs-fsck`): A prunes the version B named.
 //!
 //! Names too: a name set on one host means that version on every host,
 //! two hosts naming two versions alike at once get one winner, and a
@@ -268,4 +270,44 @@ fn volumes_come_and_go(kind: Kind) {
         assert!(export(h, "v", &out).unwrap() == v2, "{} reads the old v", h.display());
         assert!(export(h, "w", &out).unwrap() == w, "{} lost w", h.display());
     }
+}
+
+on_both!(
+    prune_keeps_names,
+    prune_keeps_a_name_from_another_host_on_s3,
+    prune_keeps_a_name_from_another_host_on_file
+);
+
+/// Retention pruning on A keeps a version B named: a dry run first shows
+/// the policy would remove it (the test's own negative control), then B
+/// names it, and A's prune keeps it.
+fn prune_keeps_names(kind: Kind) {
+    let (_s3, dir, a, b) = two_hosts(kind, "shared-prune");
+    let img = dir.path().join("in.img");
+    // Automatic versions on A: writes left unsaved, then `sync`.
+    for i in 0..6 {
+        std::fs::write(&img, random(2 * BLOCK, 50 + i)).unwrap();
+        ok(&a, &["import", "d", img.to_str().unwrap(), "--no-snapshot"]);
+        ok(&a, &["sync", "d"]);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let policy = ["--keep-recent", "1", "--unit-secs", "1"];
+    let plan = |store: &Path, dry: bool| -> Vec<String> {
+        let mut args = vec!["--json", "prune", "d"];
+        args.extend_from_slice(&policy);
+        if dry {
+            args.push("--dry-run");
+        }
+        let out: serde_json::Value = serde_json::from_str(&ok(store, &args)).expect("prune --json");
+        let pruned = out["pruned"].as_array().unwrap_or_else(|| panic!("{out}"));
+        pruned.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+    };
+    // A version the policy removes, named on B.
+    let doomed = plan(&a, true);
+    let named = doomed.first().unwrap_or_else(|| panic!("the policy prunes nothing")).clone();
+    ok(&b, &["tag", &format!("d@{named}"), "keep"]);
+    let pruned = plan(&a, false);
+    assert!(!pruned.contains(&named), "A pruned the version B named: {pruned:?}");
+    assert!(ids(&a, "d").contains(&named), "A's log lost the named version");
+    assert!(ids(&b, "d").contains(&named), "B's log lost the named version");
 }

@@ -148,18 +148,16 @@ impl Graph {
                 names.push(name);
             }
         }
-        // A shared store's names go from the bucket and the index together.
-        if self.volumes.is_shared() {
-            for name in names.drain(..) {
-                crate::sync::names::remove(&self.storage, volume.id, &name)?;
-            }
-        }
         // Objects first: a record object the index no longer names makes
         // GC refuse (it looks like an index that lost records), while an
         // index record whose object is gone (a crash in between) is one
-        // `fsck --repair` writes back.
+        // `fsck --repair` writes back. A shared store's names go from the
+        // bucket and the index together.
         for name in names {
-            self.delete_tag_object(volume.id, &name)?;
+            match self.volumes.is_shared() {
+                true => crate::sync::names::remove(&self.storage, volume.id, &name)?,
+                false => self.delete_tag_object(volume.id, &name)?,
+            }
         }
         let backend = self.storage.chunks.backend();
         // On a shared store, the deletion record goes before the record

@@ -48,8 +48,8 @@ impl Volumes {
         self.remote.as_ref()
     }
 
-    /// Whether other hosts share the store (S3/GCS/Azure): tags are then
-    /// this host's own, kept in its index only.
+    /// Whether other hosts may share the store (it has a remote): names of
+    /// versions are then the bucket's (`sync/names.rs`).
     pub(crate) fn is_shared(&self) -> bool {
         self.remote.is_some()
     }

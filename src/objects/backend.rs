@@ -109,13 +109,29 @@ impl Backend {
         self
     }
 
-    /// Runs a read under the deadline.
+    /// Runs a read under the read deadline.
     fn read<F, T>(&self, key: &Path, fut: F) -> Result<T>
     where
         F: Future<Output = object_store::Result<T>> + Send + 'static,
         T: Send + 'static,
     {
-        let (deadline, key) = (self.read_deadline, key.clone());
+        self.within(key, self.read_deadline, "read deadline", fut)
+    }
+
+    /// Runs a request about `key` that fails once it has waited `deadline`
+    /// (`what` names the deadline in the error).
+    fn within<F, T>(
+        &self,
+        key: &Path,
+        deadline: Option<std::time::Duration>,
+        what: &'static str,
+        fut: F,
+    ) -> Result<T>
+    where
+        F: Future<Output = object_store::Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let key = key.clone();
         self.run(async move {
             match deadline {
                 None => Ok(fut.await?),
@@ -124,7 +140,7 @@ impl Backend {
                     Err(_) => Err(Error::new(
                         crate::error::ErrorKind::Unavailable,
                         format!(
-                            "reading {key} from the object store took longer than the {} s read deadline",
+                            "reading {key} from the object store took longer than the {} s {what}",
                             d.as_secs_f64()
                         ),
                     )),
@@ -317,17 +333,8 @@ impl Backend {
     /// [`Backend::head`] of an object no outbox holds, failing once it
     /// has waited `d` (a check that must not hold its caller up).
     pub fn head_within(&self, key: &Path, d: std::time::Duration) -> Result<ObjectMeta> {
-        let store = self.store.clone();
-        let k = key.clone();
-        self.run(async move {
-            match tokio::time::timeout(d, store.head(&k)).await {
-                Ok(r) => Ok(r?),
-                Err(_) => Err(Error::new(
-                    crate::error::ErrorKind::Unavailable,
-                    format!("{k}: no answer from the object store within {} s", d.as_secs_f64()),
-                )),
-            }
-        })
+        let (store, k) = (self.store.clone(), key.clone());
+        self.within(key, Some(d), "check deadline", async move { store.head(&k).await })
     }
 
     pub fn delete(&self, key: &Path) -> Result<()> {
@@ -459,11 +466,6 @@ fn put_local(path: &std::path::Path, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A peer that closes a connection mid-request must fail that request
-/// (EPIPE), never kill the process: the `forkfs` command restores SIGPIPE's
-/// default action for its output, and HTTP clients write with `writev`,
-/// which raises it. Blocked in the threads that do network I/O, the signal
-/// stays pending there and the write returns the error.
 /// Makes tokio's process-wide signal state, which every runtime with I/O
 /// shares and which tokio makes when the first one is built. Tokio panics
 /// if the process is out of file descriptors at that moment (EMFILE under
@@ -488,6 +490,11 @@ pub fn prepare_io() -> Result<()> {
     Ok(())
 }
 
+/// A peer that closes a connection mid-request must fail that request
+/// (EPIPE), never kill the process: the `forkfs` command restores SIGPIPE's
+/// default action for its output, and HTTP clients write with `writev`,
+/// which raises it. Blocked in the threads that do network I/O, the signal
+/// stays pending there and the write returns the error.
 fn block_sigpipe() {
     // SAFETY: plain libc calls on a local, initialized signal set.
     unsafe {

@@ -108,7 +108,7 @@ impl Graph {
 
     /// A version, opened for reading.
     pub fn frozen(&self, version: &VersionRecord) -> Frozen {
-        Frozen::new(self.storage.chunks.clone(), version.clone())
+        Frozen::new(&self.storage, version.clone())
     }
 
     /// Calls `hook` after every restore in this process (a mount drops

@@ -97,6 +97,19 @@ pub fn roots(db: &Db, snap: &SnapshotWithThreadMode<'_, DB>) -> Result<Roots> {
     Ok(out)
 }
 
+/// [`roots`], and the root of every version this process has open
+/// ([`Readers`](crate::head::Readers)): a version deleted while a reader
+/// has it open keeps its data until the reader closes it.
+pub fn roots_with_readers(
+    storage: &crate::head::Storage,
+    snap: &SnapshotWithThreadMode<'_, DB>,
+) -> Result<Roots> {
+    let mut out = roots(&storage.db, snap)?;
+    let open = storage.readers.roots();
+    out.roots.extend(open.into_iter().map(|(kind, root)| (MapKind::top(kind), root)));
+    Ok(out)
+}
+
 /// Which map a node belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapKind {

@@ -1,6 +1,12 @@
 //! Versions opened for reading, and [`Opened`]: what a front-end holds for
 //! "a live head, or a version of the volume" (a read-write export or mount
 //! against a read-only one).
+//!
+//! Every [`Frozen`] is counted in its store's [`Readers`] while it lives:
+//! a version deleted while a reader has it open (on this host, or on
+//! another host of a shared store) keeps its data until the last reader
+//! closes it, since GC and the absorption of other hosts' GC mark from
+//! these roots too (`graph::reach::roots_with_readers`).
 
 use super::blockmap::BlockMap;
 use super::fs::FsReader;
@@ -10,7 +16,44 @@ use crate::cas::ChunkStore;
 use crate::error::{Error, ErrorKind, Result};
 use crate::map::MapRoot;
 use crate::records::{VersionRecord, VolumeKind};
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The versions this process has open for reading: the roots of every
+/// live [`Frozen`], whether or not a record still names them.
+#[derive(Default)]
+pub struct Readers {
+    open: Mutex<HashMap<u64, (VolumeKind, MapRoot)>>,
+    next: AtomicU64,
+}
+
+impl Readers {
+    /// Counts `record`'s root as open until the returned value is dropped.
+    fn hold(self: &Arc<Self>, record: &VersionRecord) -> Held {
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        self.open.lock().insert(token, (record.kind, record.root));
+        Held { readers: self.clone(), token }
+    }
+
+    /// The root of every version open now, with its volume's kind.
+    pub fn roots(&self) -> Vec<(VolumeKind, MapRoot)> {
+        self.open.lock().values().copied().collect()
+    }
+}
+
+/// One open version in [`Readers`].
+struct Held {
+    readers: Arc<Readers>,
+    token: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.readers.open.lock().remove(&self.token);
+    }
+}
 
 /// A version opened for reading: its record and the chunk store its tree
 /// lives in. Cheap to clone; never changes.
@@ -18,11 +61,15 @@ use std::sync::Arc;
 pub struct Frozen {
     chunks: Arc<ChunkStore>,
     record: VersionRecord,
+    /// Counted open (in its store's [`Readers`]) while any clone lives.
+    _held: Arc<Held>,
 }
 
 impl Frozen {
-    pub fn new(chunks: Arc<ChunkStore>, record: VersionRecord) -> Frozen {
-        Frozen { chunks, record }
+    /// Opens `record` of the store `storage` is.
+    pub fn new(storage: &super::Storage, record: VersionRecord) -> Frozen {
+        let held = Arc::new(storage.readers.hold(&record));
+        Frozen { chunks: storage.chunks.clone(), record, _held: held }
     }
 
     pub fn record(&self) -> &VersionRecord {

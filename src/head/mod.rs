@@ -34,7 +34,7 @@ pub mod prior;
 
 pub use block::{BlockHead, LayerStats, WeakBlockHead};
 pub(crate) use frozen::allocated_in_root;
-pub use frozen::{Frozen, Opened};
+pub use frozen::{Frozen, Opened, Readers};
 pub use fs::FsHead;
 
 use crate::cas::ChunkStore;
@@ -59,6 +59,8 @@ pub struct Storage {
     pub chunks: Arc<ChunkStore>,
     pub log: DataLog,
     pub records: Records,
+    /// The versions this process has open for reading.
+    pub readers: Arc<Readers>,
 }
 
 impl Storage {

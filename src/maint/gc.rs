@@ -298,7 +298,8 @@ impl Store {
         let scan = |cf: &str, prefix: &[u8], f: &mut reach::Visit<'_>| {
             reach::scan(db, &snap, cf, prefix, f)
         };
-        let found = reach::roots(db, &snap).map_err(|e| e.context("gc stopped"))?;
+        let found = reach::roots_with_readers(self.storage(), &snap)
+            .map_err(|e| e.context("gc stopped"))?;
         report.versions = found.versions;
         report.heads = found.heads;
         let mut packs: HashMap<PackId, PackUse> = HashMap::new();

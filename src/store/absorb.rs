@@ -5,7 +5,8 @@
 //! 1. chunks the tombstone's replacement pack holds are re-pointed to it
 //!    (its footer says where);
 //! 2. the rest are marked from this host's own roots (every version, head
-//!    and dirty inode it knows, unpublished ones included), with writers
+//!    and dirty inode it knows, unpublished ones included, and every
+//!    version a reader has open, deleted or not), with writers
 //!    tracked as a GC tracks them; the chunks reached are copied, verified,
 //!    into a new pack of this host's, uploaded before anything is
 //!    acknowledged;
@@ -115,7 +116,7 @@ fn rewrite(
     let scope = chunks.gc_begin();
     let found = {
         let snap = storage.db.raw().snapshot();
-        reach::roots(&storage.db, &snap)?
+        reach::roots_with_readers(storage, &snap)?
     };
     let load = |id: &ChunkId| Node::decode(&chunks.get(id)?);
     let mut walk = Walk::new(&load);

@@ -211,6 +211,7 @@ impl Store {
                 log => log,
             },
             records: Records::new(db.clone(), backend.clone()),
+            readers: Default::default(),
         });
         // A store on a remote (S3/GCS/Azure, or a `file://` directory that
         // other store directories may share) has a remote side: leases,

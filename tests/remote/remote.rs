@@ -85,14 +85,22 @@ fn bad_remotes_fail_with_one_line() {
     assert!(forkfs(&s, &["volume", "list"]).status.code() != Some(0));
 }
 
-/// `forkfs-nbd serve` on a store directory, with the test's credentials.
-fn serve(store: &Path, sock: &Path, ttl: &str) -> Child {
+/// `forkfs-nbd serve --export EXPORT` on a store directory, with the
+/// test's credentials and `env`.
+pub(crate) fn serve(
+    store: &Path,
+    sock: &Path,
+    ttl: &str,
+    export: &str,
+    env: &[(&str, &str)],
+) -> Child {
     let exe = crate::common::forkfs_bin().with_file_name("forkfs-nbd");
     let child = Command::new(exe)
         .arg("--store")
         .arg(store)
-        .args(["serve", "--export", "disk", "--checkpoint-after-flush", "0s", "--socket"])
+        .args(["serve", "--export", export, "--checkpoint-after-flush", "0s", "--socket"])
         .arg(sock)
+        .envs(env.iter().copied())
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_REGION", "us-east-1")
@@ -127,7 +135,7 @@ fn one_writer_per_volume_across_hosts_and_takeover_after_expiry() {
 
     // Host A serves the disk (and so holds its lease) and commits a write.
     let sock = dir.path().join("a.sock");
-    let mut server = serve(&a, &sock, "2s");
+    let mut server = serve(&a, &sock, "2s", "disk", &[]);
     let uri = format!("nbd+unix:///disk?socket={}", sock.display());
     let out = Command::new("nbdsh")
         .args([

@@ -19,13 +19,19 @@
 //!
 //! Names too: a name set on one host means that version on every host,
 //! two hosts naming two versions alike at once get one winner, and a
-//! name removed on one host is gone on the others. (GC
-//! deleting at once, without waiting for B, is `remote_gc`'s control; here
-//! B's reads survive it by read repair, so it proves nothing more.)
+//! name removed on one host is gone on the others. A GC deleting at once,
+//! without waiting for B, strands B: `negative_control_*` shows it.
+//! And a version B has open (an NBD export) reads exact to the end while
+//! A deletes it and collects (by hand: absorbing without the open
+//! readers' roots, `graph::reach::roots_with_readers` returning
+//! `roots` alone, fails it, the client's read failing).
 
 use crate::common::s3::S3;
-use crate::common::{forkfs, json, ok, random};
+use crate::common::{forkfs, json, ok, random, store_env};
+use crate::remote::serve;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const BLOCK: usize = 64 << 10;
 
@@ -140,12 +146,14 @@ fn deletions_and_gc(kind: Kind) {
     let [newer, older] = <[String; 2]>::try_from(ids(&a, "d")).expect("two versions");
     assert!(export(&b, &format!("d@{older}"), &out).unwrap() == first);
 
-    // B stops (no process of it runs); A deletes the older version and
+    // B stops (no process of it runs), its cache emptied: what it reads
+    // next comes from the bucket. A deletes the older version and
     // collects. B has not acknowledged, so the GC keeps what B indexes.
+    std::fs::remove_dir_all(b.join("cache")).unwrap();
     ok(&a, &["delete-version", &format!("d@{older}")]);
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3));
     gc(&a);
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3));
     gc(&a);
     // B is back: the deletion reached it, and it says so.
     assert_eq!(ids(&b, "d"), vec![newer.clone()], "B still lists the deleted version");
@@ -153,7 +161,7 @@ fn deletions_and_gc(kind: Kind) {
     assert!(err.contains("was deleted on another host"), "{err}");
     // B absorbed A's GC without keeping the deleted data: the GC after it
     // reaps, and everything B lists still reads exact.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3));
     let last = gc(&a);
     for (spec, want) in [("d".to_string(), &second), (format!("d@{newer}"), &second)] {
         let got = export(&b, &spec, &out).unwrap_or_else(|e| panic!("B reads {spec}: {e}"));
@@ -167,6 +175,129 @@ fn deletions_and_gc(kind: Kind) {
     let fsck = forkfs(&b, &["--json", "fsck"]);
     let fsck: serde_json::Value = serde_json::from_slice(&fsck.stdout).expect("fsck --json");
     assert_eq!(fsck["problems"].as_array().map(Vec::len), Some(0), "{fsck}");
+}
+
+on_both!(
+    open_version,
+    a_version_open_on_b_outlives_its_deletion_on_s3,
+    a_version_open_on_b_outlives_its_deletion_on_file
+);
+
+/// A version B's NBD server has open reads exact to the end while A
+/// deletes it and collects: B forgets the version but, before it
+/// acknowledges the GC, copies what its open readers need; the GC reaps
+/// only then. A new connection to the version is refused.
+fn open_version(kind: Kind) {
+    let r = read_while_deleted(kind, "shared-open", &[]);
+    assert!(r.client.status.success(), "the open version failed to read: {}", {
+        String::from_utf8_lossy(&r.client.stderr)
+    });
+    assert!(r.got == Some(r.want), "B served other bytes for the version");
+    assert!(!r.reopened.status.success(), "B served a version deleted on A to a new client");
+}
+
+on_both!(
+    open_version_unsafe_gc,
+    negative_control_a_gc_that_does_not_wait_strands_b_on_s3,
+    negative_control_a_gc_that_does_not_wait_strands_b_on_file
+);
+
+/// Negative control of [`open_version`]: the same steps with a GC on A
+/// that deletes retired packs at once instead of waiting for every host
+/// (the unsafe test switch): B's open version no longer reads. The test
+/// catches the loss.
+fn open_version_unsafe_gc(kind: Kind) {
+    let unsafe_gc = [("FORKFS_TEST_UNSAFE", "1"), ("FORKFS_TEST_GC_UNSAFE_IMMEDIATE_DELETE", "1")];
+    let r = read_while_deleted(kind, "shared-open-unsafe", &unsafe_gc);
+    let err = String::from_utf8_lossy(&r.client.stderr);
+    assert!(!r.client.status.success(), "B read its open version after an unsafe GC");
+    assert!(err.contains("Input/output error"), "the client failed otherwise: {err}");
+}
+
+/// What [`read_while_deleted`]'s client got.
+struct Read {
+    /// The client that had the version open (stderr: why it failed).
+    client: std::process::Output,
+    /// What it read (if it did), and what the version holds.
+    got: Option<Vec<u8>>,
+    want: Vec<u8>,
+    /// `nbdinfo` on the version after the GC.
+    reopened: std::process::Output,
+}
+
+/// A commits two versions of `d`; B serves the older one over NBD (no
+/// read-ahead: only what is asked is fetched) and a client opens it; A
+/// (with `a_env`) deletes it and collects until the retired pack is gone;
+/// then the client reads the whole version.
+fn read_while_deleted(kind: Kind, bucket: &str, a_env: &[(&str, &str)]) -> Read {
+    let (_s3, dir, a, b) = two_hosts(kind, bucket);
+    for (k, v) in a_env {
+        store_env(&a, k, v);
+    }
+    let img = dir.path().join("in.img");
+    let first = random(16 * BLOCK, 21);
+    let second = [random(8 * BLOCK, 23), first[8 * BLOCK..].to_vec()].concat();
+    for data in [&first, &second] {
+        std::fs::write(&img, data).unwrap();
+        ok(&a, &["import", "d", img.to_str().unwrap()]);
+    }
+    let [_, older] = <[String; 2]>::try_from(ids(&b, "d")).expect("B lists two versions");
+    let sock = dir.path().join("b.sock");
+    let spec = format!("d@{older}");
+    let mut server = serve(&b, &sock, "3s", &spec, &[("FORKFS_READAHEAD", "0")]);
+    let uri = format!("nbd+unix:///d%40{older}?socket={}", sock.display());
+    let (ready, go, got) =
+        (dir.path().join("ready"), dir.path().join("go"), dir.path().join("got.img"));
+    let script = format!(
+        "import os, time\n\
+         n = h.get_size()\n\
+         open('{ready}', 'w').close()\n\
+         t = time.time() + 120\n\
+         while not os.path.exists('{go}') and time.time() < t: time.sleep(0.05)\n\
+         open('{got}', 'wb').write(h.pread(n, 0))\n",
+        ready = ready.display(),
+        go = go.display(),
+        got = got.display(),
+    );
+    // Debian's python3, which has libnbd's module (not a pyenv's).
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let mut client = Command::new("nbdsh")
+        .args(["-u", &uri, "-c", &script])
+        .env("PATH", &path)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nbdsh (apt install python3-libnbd)");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the client never opened {spec}");
+        if client.try_wait().unwrap().is_some() {
+            let out = client.wait_with_output().unwrap();
+            panic!("the client failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A deletes the version and collects until the pack holding its own
+    // blocks is gone: at once with the unsafe switch, else once B has
+    // acknowledged (B ticks every second).
+    ok(&a, &["delete-version", &spec]);
+    std::thread::sleep(Duration::from_secs(3));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = gc(&a);
+        let at_once = r["tombstones_written"] == 0 && r["packs_compacted"].as_u64() > Some(0);
+        if at_once || r["tombstones_reaped"].as_u64() > Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never acknowledged: {r}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    std::fs::write(&go, b"").unwrap();
+    let client = client.wait_with_output().unwrap();
+    let reopened = Command::new("nbdinfo").arg(&uri).output().expect("nbdinfo (libnbd-bin)");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let got = std::fs::read(&got).ok();
+    Read { client, got, want: first, reopened }
 }
 
 on_both!(quiet, quiet_view_on_s3, quiet_view_on_file);

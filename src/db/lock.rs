@@ -16,7 +16,9 @@ pub const LOCK_FILE: &str = "lock";
 
 /// Held while the store is open; released when dropped (or the process ends).
 pub struct DirLock {
-    _file: File,
+    file: File,
+    /// Where it was taken, for [`DirLock::check`].
+    path: std::path::PathBuf,
 }
 
 impl DirLock {
@@ -47,7 +49,34 @@ impl DirLock {
         let mut file = file;
         let me = serde_json::to_vec(&Holder::me()).unwrap_or_default();
         let _ = file.set_len(0).and_then(|()| file.write_all(&me));
-        Ok(DirLock { _file: file })
+        // Absolute: a daemon changes its working directory.
+        let path = std::fs::canonicalize(&path)?;
+        Ok(DirLock { file, path })
+    }
+
+    /// Fails if the store's directory is no longer where this process
+    /// opened it: removed, moved away or replaced (its lock file is not
+    /// the one this process holds). Then nothing written from here on
+    /// reaches the store anyone will open at that path, so no write may
+    /// be acknowledged as durable: every synced commit checks, after it
+    /// (two `stat`s, next to an fsync).
+    pub fn check(&self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let held = self.file.metadata()?;
+        let same = std::fs::metadata(&self.path)
+            .is_ok_and(|now| now.dev() == held.dev() && now.ino() == held.ino());
+        if same {
+            return Ok(());
+        }
+        let dir = self.path.parent().unwrap_or(&self.path);
+        Err(Error::new(
+            crate::error::ErrorKind::Unavailable,
+            format!(
+                "the store directory {} was removed, moved or replaced under this process: \
+                 what it writes no longer reaches the store; stop it (SIGTERM)",
+                dir.display()
+            ),
+        ))
     }
 }
 

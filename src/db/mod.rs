@@ -114,15 +114,24 @@ impl Db {
         &self.db
     }
 
+    /// A synced write also checks that the store's directory is still
+    /// where it was opened ([`lock::DirLock::check`]): it is durable only
+    /// if it is in the store.
     pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
-        Ok(self.db.write_opt(batch, &wo)?)
+        self.db.write_opt(batch, &wo)?;
+        if sync {
+            self.lock.check()?;
+        }
+        Ok(())
     }
 
-    /// Makes everything written so far durable (syncs the WAL).
+    /// Makes everything written so far durable (syncs the WAL), in the
+    /// store's directory (checked as by a synced [`Db::write`]).
     pub fn sync(&self) -> Result<()> {
-        Ok(self.db.flush_wal(true)?)
+        self.db.flush_wal(true)?;
+        self.lock.check()
     }
 
     /// Writes every memtable to SST files (synced by RocksDB), so that

@@ -13,3 +13,4 @@ mod mount_fsx;
 mod mount_lifecycle;
 mod mount_posix;
 mod mount_postgres;
+mod mount_store_dir;

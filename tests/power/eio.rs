@@ -82,3 +82,52 @@ fn eio_is_an_error_never_lost_data_and_repair_and_gc_change_nothing() {
     let (ok, problems) = m.fsck();
     assert!(ok, "{problems:?}");
 }
+
+/// The disk under the store stops taking writes (EIO on every write and
+/// fsync) while a workspace is mounted (issue 25): an fsync after it
+/// fails, `forkfs snapshot` fails, SIGTERM still ends the mount process
+/// within a bound; with the disk back, and after a power cut that drops
+/// whatever was not synced, the file fsynced before reads exact.
+/// Negative control (by hand, `mount/fuse.rs` answering write and fsync
+/// with success whatever the store said): `b`'s write and fsync succeed,
+/// and the test fails there.
+#[test]
+fn eio_on_writes_under_a_mount_fails_fsync_and_the_mount_stays_stoppable() {
+    use crate::common::mount::{lazy_unmount, mount_pid, wait_gone};
+    use std::io::Write;
+    let mut m = Machine::new();
+    m.ok(&["init"]);
+    m.ok(&["volume", "create", "ws"]);
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().to_str().unwrap();
+    let out = m.ok(&["mount", "ws", ws, "--daemon", "--checkpoint-every", "0"]);
+    let pid = mount_pid(&out);
+    let synced = |name: &str, data: &[u8]| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(dir.path().join(name))?;
+        f.write_all(data)?;
+        f.sync_all()
+    };
+    let a = random(1 << 20, 61);
+    synced("a", &a).expect("a written and fsynced");
+    // Opened before: its writes after the failure need no new inode.
+    let mut b = std::fs::File::create(dir.path().join("b")).unwrap();
+    m.fail_writes(&["store/"]);
+    let wrote = b.write_all(&random(1 << 20, 63)).and_then(|()| b.sync_all());
+    let err = wrote.expect_err("written and fsynced while the disk fails writes");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    drop(b);
+    let (okay, code, err, _) = run(&m, &["snapshot", "ws"]);
+    assert!(!okay && !err.contains("panicked"), "snapshot while writes fail: {code} {err}");
+    // SAFETY: a signal to the mount process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert!(wait_gone(pid, 30), "the mount outlived SIGTERM while writes fail");
+    lazy_unmount(dir.path());
+    m.fail_writes(&[]);
+    m.cut_power();
+    let got = tempfile::tempdir().unwrap();
+    let to = got.path().join("out");
+    m.ok(&["export", "ws", to.to_str().unwrap()]);
+    assert!(std::fs::read(to.join("a")).unwrap() == a, "a, fsynced before the failure, lost");
+    let (ok, problems) = m.fsck();
+    assert!(ok, "{problems:?}");
+}

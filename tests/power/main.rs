@@ -100,6 +100,12 @@ impl Machine {
         self.fs.as_ref().expect("mounted").fail_reads(patterns);
     }
 
+    /// Writes and fsyncs of files under the store whose path contains one
+    /// of `patterns` fail with EIO from now on (none: all work again).
+    pub fn fail_writes(&self, patterns: &[&str]) {
+        self.fs.as_ref().expect("mounted").fail_writes(patterns);
+    }
+
     /// `forkfs fsck --json`: (ok, problems).
     pub fn fsck(&self) -> (bool, Vec<String>) {
         let out = self.forkfs(&["--json", "fsck"]).output().unwrap();

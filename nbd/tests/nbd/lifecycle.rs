@@ -5,7 +5,7 @@
 //! the server running forever after SIGTERM.
 
 use crate::common::raw::{attach, greet, request};
-use crate::common::{Server, nbdsh};
+use crate::common::{Server, nbdsh, run};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
@@ -96,9 +96,10 @@ fn within<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
 /// cleaner, a person): the server binds it again within seconds, so
 /// commands reach it and the store is never held by a process nobody can
 /// reach; after one more removal SIGTERM still ends it. Then the store
-/// directory itself goes away: SIGTERM still ends the server in bounded
-/// time (before, its control thread waited on the vanished socket for
-/// ever, and `stopped` was logged by a process that never exited).
+/// directory itself goes away: a FLUSH after it fails, and SIGTERM still
+/// ends the server in bounded time (before, its control thread waited on
+/// the vanished socket for ever, and `stopped` was logged by a process
+/// that never exited).
 #[test]
 fn a_removed_control_socket_comes_back_and_sigterm_ends_the_server_without_it() {
     let mut srv = Server::start(&[("disk", 64 * MIB)]);
@@ -124,6 +125,12 @@ fn a_removed_control_socket_comes_back_and_sigterm_ends_the_server_without_it() 
     srv.spawn(&[]);
     nbdsh(&srv.uri("disk"), "h.pwrite(b'\\x5a' * 4096, 0)\nh.flush()");
     std::fs::remove_dir_all(&srv.store).unwrap();
+    // A FLUSH after it fails: nothing written now reaches a store.
+    let flush = "h.pwrite(b'\\x6b' * 4096, 0)\nh.flush()";
+    let out = run("nbdsh", &["-u", &srv.uri("disk"), "-c", flush]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a FLUSH without the store directory succeeded");
+    assert!(err.contains("flush"), "{err}");
     srv.signal(libc::SIGTERM);
     let st = srv.wait_exit(Duration::from_secs(30));
     assert!(st.is_some(), "no exit within 30 s of SIGTERM without its store:\n{}", srv.log());

@@ -12,6 +12,7 @@
 //! next fsync of the file anyway. Served in the test's own process.
 //!
 //! It can also fail reads of chosen files with EIO ([`Mounted::fail_reads`]),
+//! and their writes and fsyncs ([`Mounted::fail_writes`]),
 //! as a disk with bad sectors does.
 
 use fuser::{
@@ -58,6 +59,9 @@ struct State {
     /// Reads of files whose path (relative to the root) contains one of
     /// these fail with EIO: a disk failing some sectors.
     failing: Vec<String>,
+    /// Writes and fsyncs of files whose path contains one of these fail
+    /// with EIO: a disk that stopped taking writes.
+    failing_writes: Vec<String>,
     /// Bumped when an inode is gone: the backing file system hands its
     /// number to new files, and the kernel must not take one for the
     /// other (it keeps pages and attributes per node).
@@ -67,9 +71,18 @@ struct State {
 impl State {
     /// Whether reads of `ino` fail (see [`Mounted::fail_reads`]).
     fn read_fails(&self, ino: u64) -> bool {
+        self.matches(ino, &self.failing)
+    }
+
+    /// Whether writes and fsyncs of `ino` fail (see [`Mounted::fail_writes`]).
+    fn write_fails(&self, ino: u64) -> bool {
+        self.matches(ino, &self.failing_writes)
+    }
+
+    fn matches(&self, ino: u64, patterns: &[String]) -> bool {
         let Some(path) = self.paths.get(&ino) else { return false };
         let path = path.to_string_lossy();
-        self.failing.iter().any(|p| path.contains(p.as_str()))
+        patterns.iter().any(|p| path.contains(p.as_str()))
     }
 
     /// The unsynced data of `ino`, begun at the `backing` file's size.
@@ -252,6 +265,12 @@ impl Mounted {
     /// one of `patterns` fail with EIO (none: every read works again).
     pub fn fail_reads(&self, patterns: &[&str]) {
         self.state.lock().failing = patterns.iter().map(|p| p.to_string()).collect();
+    }
+
+    /// From now on writes and fsyncs of files whose path relative to the
+    /// root contains one of `patterns` fail with EIO (none: all work again).
+    pub fn fail_writes(&self, patterns: &[&str]) {
+        self.state.lock().failing_writes = patterns.iter().map(|p| p.to_string()).collect();
     }
 
     /// Power lost: every byte not synced is gone, and the filesystem is

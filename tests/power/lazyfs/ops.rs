@@ -334,6 +334,9 @@ impl Filesystem for LazyFs {
             let (ino, f) = self.handle(fh)?;
             let backing = f.metadata().map_err(errno)?.len();
             let mut st = self.state.lock();
+            if st.write_fails(ino) {
+                return Err(Errno::EIO);
+            }
             let d = st.dirty_of(ino, backing);
             let end = offset + data.len() as u64;
             let mut at = offset;
@@ -405,7 +408,13 @@ impl Filesystem for LazyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.handle(fh).and_then(|(ino, f)| self.sync_ino(ino, &f)) {
+        let synced = self.handle(fh).and_then(|(ino, f)| {
+            if self.state.lock().write_fails(ino) {
+                return Err(Errno::EIO);
+            }
+            self.sync_ino(ino, &f)
+        });
+        match synced {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }

@@ -12,6 +12,7 @@ mod proto;
 mod safepoint;
 mod server;
 mod session;
+mod systemd;
 mod tls;
 
 use anyhow::Context;
@@ -59,9 +60,16 @@ enum Command {
         /// signed by one of them (the access control)
         #[arg(long, value_name = "FILE")]
         tls_client_ca: Option<PathBuf>,
-        /// Unix socket to listen on
+        /// Unix socket to listen on. Under socket activation (LISTEN_FDS,
+        /// e.g. systemd's forkfs-nbd.socket) the passed sockets are used
+        /// instead of --listen and --socket
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Stop (as on SIGTERM) once no client has been connected for this
+        /// long: a server started on demand (socket activation) ends when
+        /// its last client left
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        exit_when_idle: Option<Duration>,
         /// Serve only these exports (VOL or VOL@VERSION; default: every block volume)
         #[arg(long)]
         export: Vec<String>,
@@ -166,13 +174,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tls_key,
         tls_client_ca,
         stop_timeout,
+        exit_when_idle,
         limits: l,
     } = cli.command;
+    let inherited = systemd::listeners()?;
+    if !inherited.is_empty() && (listen.is_some() || socket.is_some()) {
+        return Err(forkfs::Error::invalid(
+            "--listen or --socket given to a socket-activated server (LISTEN_FDS): it listens \
+             on the sockets it was passed; drop the flags or the activation",
+        )
+        .into());
+    }
     let files = tls::TlsFiles { cert: tls_cert, key: tls_key, client_ca: tls_client_ca };
     let tls = files.load().map_err(|e| forkfs::Error::invalid(format!("{e:#}")))?;
+    let authenticated = tls.as_ref().is_some_and(|t| t.verifies_clients);
     if let Some(addr) = &listen {
-        let authenticated = tls.as_ref().is_some_and(|t| t.verifies_clients);
         listen::check(addr, insecure_listen || authenticated)?;
+    }
+    for l in &inherited {
+        if let systemd::Inherited::Tcp(t) = l {
+            listen::check(&t.local_addr()?.to_string(), insecure_listen || authenticated)?;
+        }
     }
     let limits = limits::Limits::new(
         l.max_request,
@@ -192,12 +214,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         exports.open(name).with_context(|| format!("export {name}"))?;
     }
     let listen = match (&listen, &socket) {
-        (None, None) => Some("127.0.0.1:10809".to_string()),
+        (None, None) if inherited.is_empty() => Some("127.0.0.1:10809".to_string()),
         _ => listen,
     };
     let cfg = server::ServerConfig {
         listen,
         socket,
+        inherited,
+        exit_when_idle,
         session: session::SessionConfig { checkpoint_after_flush, limits },
         checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
         client_by,

@@ -9,6 +9,7 @@ use crate::exports::Exports;
 use crate::negotiate::{Negotiated, Outcome, TlsState, greet, invalid, options};
 use crate::persist::clients::Peer;
 use crate::session::{SessionConfig, serve};
+use crate::systemd::{self, Inherited};
 use crate::tls::Tls;
 use anyhow::Context;
 use std::path::PathBuf;
@@ -23,6 +24,11 @@ use tracing::Instrument;
 pub struct ServerConfig {
     pub listen: Option<String>,
     pub socket: Option<PathBuf>,
+    /// Listening sockets passed by socket activation (`systemd.rs`): at
+    /// most one TCP and one Unix socket, in place of `listen` and `socket`.
+    pub inherited: Vec<Inherited>,
+    /// Stop (as on SIGTERM) once no client was connected for this long.
+    pub exit_when_idle: Option<Duration>,
     pub session: SessionConfig,
     /// Versions are also taken on this timer when a head changed.
     pub checkpoint_every: Duration,
@@ -202,19 +208,33 @@ fn start<S>(
     }
 }
 
-/// Runs until `shutdown` resolves, then drains and persists.
+/// Runs until `shutdown` resolves (or, with `exit_when_idle`, the server
+/// has been without clients that long), then drains and persists.
 pub async fn run(
     exports: Arc<Exports>,
-    cfg: ServerConfig,
+    mut cfg: ServerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let tcp = match &cfg.listen {
-        Some(a) => {
-            Some(TcpListener::bind(a).await.with_context(|| format!("cannot listen on {a}"))?)
+    let (mut tcp, mut unix) = (None, None);
+    for l in std::mem::take(&mut cfg.inherited) {
+        let two =
+            || anyhow::anyhow!("more than one socket of a kind passed by the service manager");
+        match l {
+            Inherited::Tcp(l) if tcp.is_none() => {
+                l.set_nonblocking(true)?;
+                tcp = Some(TcpListener::from_std(l)?);
+            }
+            Inherited::Unix(l) if unix.is_none() => {
+                l.set_nonblocking(true)?;
+                unix = Some(UnixListener::from_std(l)?);
+            }
+            _ => return Err(two()),
         }
-        None => None,
-    };
-    let unix = match &cfg.socket {
+    }
+    if let Some(a) = &cfg.listen {
+        tcp = Some(TcpListener::bind(a).await.with_context(|| format!("cannot listen on {a}"))?);
+    }
+    let bound = match &cfg.socket {
         Some(p) => {
             let _ = std::fs::remove_file(p);
             Some(
@@ -224,21 +244,38 @@ pub async fn run(
         }
         None => None,
     };
+    unix = bound.or(unix);
     if let Some(t) = &tcp {
         tracing::info!(addr = %t.local_addr()?, "listening (tcp)");
     }
-    if let Some(p) = &cfg.socket {
-        tracing::info!(path = %p.display(), "listening (unix)");
+    if let Some(u) = &unix {
+        let path =
+            u.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
+        tracing::info!(path = path.unwrap_or_default(), "listening (unix)");
     }
+    systemd::ready();
     let (stop_tx, stop_rx) = watch::channel(false);
     let admission = Admission::new(cfg.session.limits.max_connections);
     let mut conns = tokio::task::JoinSet::new();
     let mut timer = tokio::time::interval(cfg.checkpoint_every);
     timer.tick().await;
+    // Without clients since (with --exit-when-idle).
+    let mut idle = tokio::time::interval(Duration::from_millis(250));
+    let mut idle_since = tokio::time::Instant::now();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = idle.tick(), if cfg.exit_when_idle.is_some() => {
+                let limit = cfg.exit_when_idle.unwrap_or_default();
+                if !conns.is_empty() {
+                    idle_since = tokio::time::Instant::now();
+                } else if idle_since.elapsed() >= limit {
+                    let after = humantime::format_duration(limit).to_string();
+                    tracing::info!(after, "no client: stopping (--exit-when-idle)");
+                    break;
+                }
+            }
             _ = timer.tick() => {
                 let ex = exports.clone();
                 let every = cfg.checkpoint_every;
@@ -261,6 +298,7 @@ pub async fn run(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
+    systemd::stopping();
     tracing::info!(connections = conns.len(), "shutting down: finishing in-flight requests");
     drop(tcp);
     drop(unix);

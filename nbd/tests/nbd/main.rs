@@ -17,4 +17,5 @@ mod lifecycle;
 mod limits;
 mod maintenance;
 mod sizes;
+mod systemd;
 mod tls;

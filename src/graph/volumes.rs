@@ -234,8 +234,8 @@ impl Volumes {
             // Another host may hold it; once ours, start from the remote
             // head. The publisher keeps the lease until the head is out.
             Some(r) => {
-                let right = r.right(&rec)?;
-                (r.refresh_volume(&rec)?, Some(right))
+                let (right, head) = r.right(&rec)?;
+                (head, Some(right))
             }
         };
         let head = Arc::new(Head::new(self.storage.clone(), rec.clone(), state, fence)?);

@@ -23,7 +23,7 @@ pub use sync::Synced;
 use crate::cas::{ChunkConfig, ChunkIndex, ChunkStore};
 use crate::config::Settings;
 use crate::db::Db;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::files;
 use crate::graph::{Graph, Volumes};
 use crate::head::Storage;
@@ -229,7 +229,15 @@ impl Store {
         };
         if let Some(r) = &remote {
             let host = host_id.clone();
-            absorb::register(&storage, &host, settings.gc_host_timeout())?;
+            // A host that cannot reach the bucket works on what it has
+            // (registered before, when it joined; the ticker's next
+            // acknowledgement renews it once the bucket answers).
+            match absorb::register(&storage, &host, settings.gc_host_timeout()) {
+                Err(e) if e.kind() == ErrorKind::Unavailable => {
+                    tracing::warn!(error = %e, "the bucket is out of reach: working on this host's view");
+                }
+                r => r?,
+            }
             let (s, stall) = (storage.clone(), r.stall());
             let every = (settings.lease_ttl() / 3).max(std::time::Duration::from_millis(100));
             let import = r.importer();

@@ -141,9 +141,21 @@ impl Remote {
 
     /// The right to write `vol` (its lease; fails if another host holds
     /// it). The publisher keeps the lease until the volume's head is out.
-    pub(crate) fn right(self: &Arc<Self>, vol: &VolumeRecord) -> Result<Arc<dyn Fence>> {
-        let lease = self.publisher.lease(vol)?;
-        Ok(Arc::new(Right { lease, _remote: self.clone() }))
+    ///
+    /// The head to start from is this host's own when the lease was kept
+    /// from an earlier open (nobody else could write meanwhile, so the
+    /// bucket need not be asked: a last version at a mount's end works
+    /// with the bucket out of reach), else [`Remote::refresh_volume`]'s.
+    pub(crate) fn right(
+        self: &Arc<Self>,
+        vol: &VolumeRecord,
+    ) -> Result<(Arc<dyn Fence>, HeadRecord)> {
+        let (lease, held) = self.publisher.lease(vol)?;
+        let head = match held {
+            publish::Held::Kept => self.storage.records.head(vol.id)?,
+            publish::Held::Taken => self.refresh_volume(vol)?,
+        };
+        Ok((Arc::new(Right { lease, _remote: self.clone() }), head))
     }
 
     /// A head changed in the local index: publish it soon.

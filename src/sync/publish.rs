@@ -53,6 +53,17 @@ pub struct Publisher {
     woken: Condvar,
 }
 
+/// How this process came to hold a volume's lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Held without a break since an earlier open: no other host can
+    /// have advanced the volume meanwhile.
+    Kept,
+    /// Taken now: another host may have advanced it since this one last
+    /// looked.
+    Taken,
+}
+
 /// What became of one volume in a pass.
 enum Done {
     Published,
@@ -141,16 +152,16 @@ impl Publisher {
 
     /// The lease of `vol`: the one this process holds, else a new one
     /// (fails if another host holds it).
-    pub fn lease(&self, vol: &VolumeRecord) -> Result<Arc<Lease>> {
+    pub fn lease(&self, vol: &VolumeRecord) -> Result<(Arc<Lease>, Held)> {
         let mut leases = self.leases.lock();
         if let Some(l) = leases.get(&vol.id)
             && l.check().is_ok()
         {
-            return Ok(l.clone());
+            return Ok((l.clone(), Held::Kept));
         }
         let l = Arc::new(Lease::acquire(self.backend.clone(), vol, self.lease_ttl)?);
         leases.insert(vol.id, l.clone());
-        Ok(l)
+        Ok((l, Held::Taken))
     }
 
     /// Lets go of the leases nothing else uses whose heads are published
@@ -294,7 +305,7 @@ impl Publisher {
         // process held and lost (another host took the volume over before
         // this head was out) fails the renewal as a conflict.
         let held = self.leases.lock().get(&vol.id).cloned();
-        let lease = match held.map_or_else(|| self.lease(vol), Ok) {
+        let lease = match held.map_or_else(|| self.lease(vol).map(|(l, _)| l), Ok) {
             Ok(l) => l,
             Err(e) if e.kind() == ErrorKind::Conflict => {
                 tracing::debug!(volume = %vol.name, error = %e, "head waits for the volume's lease");

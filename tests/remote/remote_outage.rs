@@ -110,6 +110,70 @@ fn writes_go_on_locally_while_the_bucket_is_unreachable_and_upload_after() {
     assert!(log.to_string().contains(&version), "the head's version is in the history: {log}");
 }
 
+/// The bucket out of reach when a mount stops and after (issues 23, 25):
+/// the mount ends cleanly, its last version committed locally (the lease
+/// it held all along means no other host can have advanced the volume, so
+/// the bucket need not be asked); commands on the store with no holder
+/// open it and work on what this host has, and `status` says how old its
+/// view is; once the bucket answers, a sync publishes the last version.
+/// Negative controls (by hand): registration with GC failing the open
+/// (as before): `forkfs log` fails; the head always refreshed from the
+/// bucket on open (as before): the mount ends with an error and no last
+/// version.
+#[test]
+fn a_mount_stops_cleanly_and_commands_work_while_the_bucket_is_out_of_reach() {
+    let s3 = S3::start("outage-stop");
+    let down = Arc::new(AtomicBool::new(false));
+    let via = crate::common::proxy::switchable(s3.port, down.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let endpoint = format!("http://127.0.0.1:{via}");
+    let init = ["init", "--remote", "s3://outage-stop/s", "--endpoint", &endpoint, "--allow-http"];
+    ok(&a, &init);
+    // The mount cannot release its lease with the bucket down: the sync
+    // after waits for it to expire.
+    crate::common::store_env(&a, "FORKFS_LEASE_TTL", "3s");
+    let m = Mounted::new(&a, "ws", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("before"), content(1)).unwrap();
+    ok(&a, &["sync"]);
+    let synced = json(&a, &["log", "ws"]).as_array().map(Vec::len).unwrap_or(0);
+
+    down.store(true, Ordering::SeqCst);
+    let _up = crate::common::proxy::Up(down.clone());
+    std::fs::write(m.path("during"), content(2)).unwrap();
+    m.unmount();
+    // The log holds warnings and errors: the bucket's, never the mount's end.
+    let text = std::fs::read_to_string(a.join("logs/mount-ws.log")).unwrap();
+    assert!(!text.contains("mount ended with an error"), "{text}");
+    // No holder now: each command opens the store with the bucket down.
+    let versions = json(&a, &["log", "ws"]);
+    let n = versions.as_array().map(Vec::len).unwrap_or(0);
+    assert_eq!(n, synced + 1, "no last version at the mount's end: {versions}");
+    let st = json(&a, &["status"]);
+    assert!(st["view"]["checked_ms"].as_u64() > Some(0), "{st}");
+    assert_eq!(st["upload"]["heads_pending"], serde_json::json!(["ws"]), "{st}");
+
+    down.store(false, Ordering::SeqCst);
+    let t0 = Instant::now();
+    loop {
+        let out = crate::common::forkfs(&a, &["sync"]);
+        if out.status.success() {
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(t0.elapsed() < Duration::from_secs(30), "sync: {err}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let st = json(&a, &["status"]);
+    assert_eq!(st["upload"]["heads_pending"], serde_json::json!([]), "{st}");
+    let b = dir.path().join("b");
+    let direct = format!("http://127.0.0.1:{}", s3.port);
+    ok(&b, &["init", "--remote", "s3://outage-stop/s", "--endpoint", &direct, "--allow-http"]);
+    let out = dir.path().join("out");
+    ok(&b, &["export", "ws", out.to_str().unwrap()]);
+    assert!(std::fs::read(out.join("during")).unwrap() == content(2), "during lost");
+}
+
 struct Defer<F: FnMut()>(F);
 impl<F: FnMut()> Drop for Defer<F> {
     fn drop(&mut self) {

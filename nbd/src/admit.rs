@@ -58,6 +58,12 @@ impl Admission {
         }
     }
 
+    /// A slot to refuse a connection for another reason (see
+    /// [`refuse`]); `None`: too many refusals at once, close it.
+    pub fn refusal(&self) -> Option<OwnedSemaphorePermit> {
+        self.refusing.clone().try_acquire_owned().ok()
+    }
+
     pub fn message(&self) -> String {
         format!("server busy: it serves at most {} connections (--max-connections)", self.max)
     }

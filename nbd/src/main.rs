@@ -7,6 +7,7 @@ mod exports;
 mod limits;
 mod listen;
 mod negotiate;
+mod peers;
 mod persist;
 mod proto;
 mod safepoint;
@@ -30,8 +31,18 @@ struct Cli {
     /// Log verbosity (also RUST_LOG)
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Log lines as text, or as one JSON object per line (for a log
+    /// collector: timestamp, level, target, fields)
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -60,6 +71,15 @@ enum Command {
         /// signed by one of them (the access control)
         #[arg(long, value_name = "FILE")]
         tls_client_ca: Option<PathBuf>,
+        /// Over the Unix socket, only processes of this user id may
+        /// connect (or of a group of --allow-gid); repeatable [default:
+        /// whoever may open the socket file]
+        #[arg(long, value_name = "UID")]
+        allow_uid: Vec<u32>,
+        /// Over the Unix socket, only processes whose primary group is
+        /// this one may connect (or of a user of --allow-uid); repeatable
+        #[arg(long, value_name = "GID")]
+        allow_gid: Vec<u32>,
         /// Unix socket to listen on. Under socket activation (LISTEN_FDS,
         /// e.g. systemd's forkfs-nbd.socket) the passed sockets are used
         /// instead of --listen and --socket
@@ -149,11 +169,13 @@ fn main() {
     let level = ["info", "info", "debug", "trace"][cli.verbose.min(3) as usize];
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init()
+        }
+    }
     if let Err(e) = run(cli) {
         eprintln!("forkfs-nbd: {}", forkfs::one_line(e.as_ref()));
         std::process::exit(forkfs::exit_code(e.as_ref()));
@@ -175,8 +197,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tls_client_ca,
         stop_timeout,
         exit_when_idle,
+        allow_uid,
+        allow_gid,
         limits: l,
     } = cli.command;
+    if exit_when_idle.is_some_and(|d| d.is_zero()) {
+        return Err(forkfs::Error::invalid("--exit-when-idle must be longer than 0").into());
+    }
     let inherited = systemd::listeners()?;
     if !inherited.is_empty() && (listen.is_some() || socket.is_some()) {
         return Err(forkfs::Error::invalid(
@@ -187,6 +214,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let files = tls::TlsFiles { cert: tls_cert, key: tls_key, client_ca: tls_client_ca };
     let tls = files.load().map_err(|e| forkfs::Error::invalid(format!("{e:#}")))?;
+    let tls_files = files;
     let authenticated = tls.as_ref().is_some_and(|t| t.verifies_clients);
     if let Some(addr) = &listen {
         listen::check(addr, insecure_listen || authenticated)?;
@@ -222,10 +250,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         socket,
         inherited,
         exit_when_idle,
+        peers: peers::Peers { uids: allow_uid, gids: allow_gid },
         session: session::SessionConfig { checkpoint_after_flush, limits },
         checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
         client_by,
-        tls,
+        tls: Arc::new(parking_lot::RwLock::new(tls)),
+        tls_files,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

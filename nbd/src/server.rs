@@ -7,10 +7,11 @@
 use crate::admit::{Admission, Admit, refuse};
 use crate::exports::Exports;
 use crate::negotiate::{Negotiated, Outcome, TlsState, greet, invalid, options};
+use crate::peers::Peers;
 use crate::persist::clients::Peer;
 use crate::session::{SessionConfig, serve};
 use crate::systemd::{self, Inherited};
-use crate::tls::Tls;
+use crate::tls::{Tls, TlsFiles};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,8 +34,12 @@ pub struct ServerConfig {
     /// Versions are also taken on this timer when a head changed.
     pub checkpoint_every: Duration,
     pub client_by: ClientBy,
-    /// With TLS every connection must upgrade first (`tls.rs`).
-    pub tls: Option<Tls>,
+    /// With TLS every connection must upgrade first (`tls.rs`); SIGHUP
+    /// loads the files again.
+    pub tls: Arc<parking_lot::RwLock<Option<Tls>>>,
+    pub tls_files: TlsFiles,
+    /// Who may connect over the Unix socket.
+    pub peers: Peers,
 }
 
 /// What makes connections one client (see `persist/clients.rs`).
@@ -183,7 +188,7 @@ fn start<S>(
     let span = tracing::info_span!(parent: None, "conn", %peer);
     match admission.admit() {
         Admit::Serve(slot) => {
-            let (session, tls) = (cfg.session.clone(), cfg.tls.clone());
+            let (session, tls) = (cfg.session.clone(), cfg.tls.read().clone());
             let conn = handle(s, exports.clone(), session, stop.clone(), peer, tls);
             conns.spawn(
                 async move {
@@ -262,6 +267,7 @@ pub async fn run(
     // Without clients since (with --exit-when-idle).
     let mut idle = tokio::time::interval(Duration::from_millis(250));
     let mut idle_since = tokio::time::Instant::now();
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -288,14 +294,29 @@ pub async fn run(
             }
             Ok((s, peer)) = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
                 let _ = s.set_nodelay(true);
+                idle_since = tokio::time::Instant::now();
                 let peer = cfg.client_by.tcp(peer);
                 start(&mut conns, &admission, s, &exports, &cfg, &stop_rx, peer);
             }
+            _ = hangup.recv() => reload_tls(&cfg),
             Ok((s, _)) = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
+                if let Some(why) = cfg.peers.refuses(&s) {
+                    tracing::warn!("{why}; refusing a connection");
+                    if let Some(slot) = admission.refusal() {
+                        conns.spawn(async move {
+                            refuse(s, why).await;
+                            drop(slot);
+                        });
+                    }
+                    continue;
+                }
+                idle_since = tokio::time::Instant::now();
                 let peer = cfg.client_by.unix(&s);
                 start(&mut conns, &admission, s, &exports, &cfg, &stop_rx, peer);
             }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            Some(_) = conns.join_next(), if !conns.is_empty() => {
+                idle_since = tokio::time::Instant::now();
+            }
         }
     }
     systemd::stopping();
@@ -305,10 +326,13 @@ pub async fn run(
     let _ = stop_tx.send(true);
     while conns.join_next().await.is_some() {}
     let ex = exports.clone();
-    tokio::task::spawn_blocking(move || {
+    let flushed = tokio::task::spawn_blocking(move || {
+        let mut first_failure = None;
         for e in ex.opened() {
             if let Err(err) = e.shutdown() {
                 tracing::error!(export = %e.name, error = %err, "final flush failed");
+                let name = e.name.clone();
+                first_failure.get_or_insert_with(|| err.context(format!("final flush of {name}")));
             }
         }
         checkpoint_all(&ex);
@@ -328,12 +352,34 @@ pub async fn run(
                 "export counters"
             );
         }
+        first_failure
     })
     .await?;
     if let Some(p) = &cfg.socket {
         let _ = std::fs::remove_file(p);
     }
-    Ok(())
+    // A write the store did not take ends the process with its error.
+    match flushed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// SIGHUP: loads the certificate, key and client CA files again (after a
+/// rotation); new connections use them, established ones keep theirs. A
+/// reload that fails keeps what was loaded before.
+fn reload_tls(cfg: &ServerConfig) {
+    match cfg.tls_files.load() {
+        Ok(None) => tracing::info!("SIGHUP: no TLS configured, nothing to reload"),
+        Ok(Some(tls)) => {
+            *cfg.tls.write() = Some(tls);
+            tracing::info!("SIGHUP: TLS certificates reloaded");
+        }
+        Err(e) => tracing::error!(
+            error = format!("{e:#}"),
+            "SIGHUP: TLS certificates not reloaded; the ones loaded before stay in use"
+        ),
+    }
 }
 
 fn checkpoint_all(exports: &Exports) {

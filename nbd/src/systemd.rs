@@ -24,6 +24,12 @@ pub fn listeners() -> forkfs::Result<Vec<Inherited>> {
         // LISTEN_FDS says, LISTEN_PID naming this process) to this
         // process to own; nothing else in it uses them.
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        if !listening(&sock) {
+            return Err(forkfs::Error::invalid(format!(
+                "descriptor {fd} from the service manager (LISTEN_FDS) is not a listening stream \
+                 socket (use Accept=no)"
+            )));
+        }
         out.push(match family(&sock) {
             Some(libc::AF_UNIX) => Inherited::Unix(sock.into()),
             Some(libc::AF_INET | libc::AF_INET6) => Inherited::Tcp(sock.into()),
@@ -47,6 +53,25 @@ fn family(fd: &OwnedFd) -> Option<i32> {
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     let rc = unsafe { libc::getsockname(fd.as_raw_fd(), (&raw mut addr).cast(), &mut len) };
     (rc == 0).then_some(addr.ss_family as i32)
+}
+
+/// Whether `fd` is a socket that listens (SO_ACCEPTCONN): not a
+/// connection (`Accept=yes`) or a datagram socket.
+fn listening(fd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `on`, owned here.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&raw mut on).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && on == 1
 }
 
 /// Tells the service manager the server accepts connections (a no-op

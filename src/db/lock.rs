@@ -16,9 +16,11 @@ pub const LOCK_FILE: &str = "lock";
 
 /// Held while the store is open; released when dropped (or the process ends).
 pub struct DirLock {
-    file: File,
-    /// Where it was taken, for [`DirLock::check`].
+    _file: File,
+    /// Where it was taken, and the (device, inode) of the file locked
+    /// there, for [`DirLock::check`].
     path: std::path::PathBuf,
+    id: (u64, u64),
 }
 
 impl DirLock {
@@ -51,7 +53,8 @@ impl DirLock {
         let _ = file.set_len(0).and_then(|()| file.write_all(&me));
         // Absolute: a daemon changes its working directory.
         let path = std::fs::canonicalize(&path)?;
-        Ok(DirLock { file, path })
+        let id = file_id(&file.metadata()?);
+        Ok(DirLock { _file: file, path, id })
     }
 
     /// Fails if the store's directory is no longer where this process
@@ -59,12 +62,16 @@ impl DirLock {
     /// the one this process holds). Then nothing written from here on
     /// reaches the store anyone will open at that path, so no write may
     /// be acknowledged as durable: every synced commit checks, after it
-    /// (two `stat`s, next to an fsync).
+    /// (one `stat`, next to an fsync). Another failure of the `stat`
+    /// (EACCES, ESTALE) is reported as itself.
     pub fn check(&self) -> Result<()> {
-        use std::os::unix::fs::MetadataExt;
-        let held = self.file.metadata()?;
-        let same = std::fs::metadata(&self.path)
-            .is_ok_and(|now| now.dev() == held.dev() && now.ino() == held.ino());
+        let same = match std::fs::metadata(&self.path) {
+            Ok(now) => file_id(&now) == self.id,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => {
+                return Err(Error::from(e).context(format!("checking {}", self.path.display())));
+            }
+        };
         if same {
             return Ok(());
         }
@@ -78,6 +85,12 @@ impl DirLock {
             ),
         ))
     }
+}
+
+/// A file's (device, inode).
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
 }
 
 /// The process holding a store, as its lock file says.

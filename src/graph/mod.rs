@@ -94,7 +94,7 @@ impl Graph {
     pub fn open_block(&self, target: &Target) -> Result<Opened<BlockHead>> {
         Ok(match target {
             Target::Head(v) => Opened::Live(self.volumes.open_block(v.name.as_str())?),
-            Target::Version(v) => Opened::Version(self.frozen(v)),
+            Target::Version(v) => Opened::Version(self.frozen(v)?),
         })
     }
 
@@ -102,12 +102,12 @@ impl Graph {
     pub fn open_fs(&self, target: &Target) -> Result<Opened<FsHead>> {
         Ok(match target {
             Target::Head(v) => Opened::Live(self.volumes.open_fs(v.name.as_str())?),
-            Target::Version(v) => Opened::Version(self.frozen(v)),
+            Target::Version(v) => Opened::Version(self.frozen(v)?),
         })
     }
 
-    /// A version, opened for reading.
-    pub fn frozen(&self, version: &VersionRecord) -> Frozen {
+    /// A version, opened for reading (fails if it was deleted meanwhile).
+    pub fn frozen(&self, version: &VersionRecord) -> Result<Frozen> {
         Frozen::new(&self.storage, version.clone())
     }
 

@@ -2,7 +2,9 @@
 //! "a live head, or a version of the volume" (a read-write export or mount
 //! against a read-only one).
 //!
-//! Every [`Frozen`] is counted in its store's [`Readers`] while it lives:
+//! Every [`Frozen`] is counted in its store's [`Readers`] while it lives
+//! (what reads a version tree without one, the FUSE history tree and
+//! diffs, is not):
 //! a version deleted while a reader has it open (on this host, or on
 //! another host of a shared store) keeps its data until the last reader
 //! closes it, since GC and the absorption of other hosts' GC mark from
@@ -66,10 +68,14 @@ pub struct Frozen {
 }
 
 impl Frozen {
-    /// Opens `record` of the store `storage` is.
-    pub fn new(storage: &super::Storage, record: VersionRecord) -> Frozen {
+    /// Opens `record` of the store `storage` is. Counted open first, then
+    /// looked up again: a GC or absorption that marks before the count
+    /// does so while the record still names the version, and one that
+    /// forgets it before then makes this fail as deleted.
+    pub fn new(storage: &super::Storage, record: VersionRecord) -> Result<Frozen> {
         let held = Arc::new(storage.readers.hold(&record));
-        Frozen { chunks: storage.chunks.clone(), record, _held: held }
+        storage.records.version(&record.id)?;
+        Ok(Frozen { chunks: storage.chunks.clone(), record, _held: held })
     }
 
     pub fn record(&self) -> &VersionRecord {

@@ -155,7 +155,7 @@ impl Host {
             )));
         }
         let source = match version {
-            Some(v) if req.read_only => Opened::Version(self.store.graph().frozen(&v)),
+            Some(v) if req.read_only => Opened::Version(self.store.graph().frozen(&v)?),
             Some(_) => return Err(Error::invalid("a version can only be mounted --read-only")),
             None => Opened::Live(self.store.volumes().open_fs(&vol)?),
         };

@@ -229,12 +229,15 @@ impl Store {
         };
         if let Some(r) = &remote {
             let host = host_id.clone();
-            // A host that cannot reach the bucket works on what it has
-            // (registered before, when it joined; the ticker's next
-            // acknowledgement renews it once the bucket answers).
-            match absorb::register(&storage, &host, settings.gc_host_timeout()) {
+            // A host that cannot reach the bucket works on what it has;
+            // it imports nothing until a registration succeeded (the
+            // ticker retries), so every GC waits for it first.
+            let timeout = settings.gc_host_timeout();
+            let registered = r.registration();
+            match absorb::register(&storage, &host, timeout) {
                 Err(e) if e.kind() == ErrorKind::Unavailable => {
                     tracing::warn!(error = %e, "the bucket is out of reach: working on this host's view");
+                    registered.store(false, std::sync::atomic::Ordering::SeqCst);
                 }
                 r => r?,
             }
@@ -244,6 +247,16 @@ impl Store {
             r.start_ticker(
                 every,
                 Box::new(move || {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    if !registered.load(SeqCst) {
+                        match absorb::register(&s, &host, timeout) {
+                            Ok(()) => registered.store(true, SeqCst),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "not registered with the bucket's gc yet");
+                                return;
+                            }
+                        }
+                    }
                     // Deletions made elsewhere first: their data is then
                     // not this host's to keep (`sync/view.rs`).
                     if let Err(e) = import() {

@@ -232,6 +232,19 @@ fn import_objects(
     Ok(())
 }
 
+/// Fails while this host is not registered with the bucket's GC (see
+/// [`Remote::registration`]).
+pub(super) fn registered(flag: &std::sync::atomic::AtomicBool) -> Result<()> {
+    if flag.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Unavailable,
+        "this host is not registered with the bucket's gc yet (the bucket was out of reach when \
+         the store opened): other hosts' changes are imported once it is",
+    ))
+}
+
 /// [`Remote::import`], for a task that holds no `Remote`.
 pub(super) fn import(storage: &Storage, publisher: &Publisher) -> Result<usize> {
     let mut b = Batch::default();
@@ -247,6 +260,7 @@ impl Remote {
     /// Imports what other hosts committed (volumes, versions, packs);
     /// returns how many records and packs were new.
     pub(crate) fn import(&self) -> Result<usize> {
+        registered(&self.registered)?;
         import(&self.storage, &self.publisher)
     }
 

@@ -61,6 +61,8 @@ struct Shared {
 pub struct Lease {
     shared: Arc<Shared>,
     renewer: Option<std::thread::JoinHandle<()>>,
+    /// This host's head was compared with the bucket's under this lease.
+    reconciled: AtomicBool,
 }
 
 fn encode(r: &LeaseRecord) -> Result<Bytes> {
@@ -119,7 +121,7 @@ impl Lease {
         let renewer = std::thread::Builder::new()
             .name("forkfs-lease".into())
             .spawn(move || renew_loop(&s))?;
-        Ok(Lease { shared, renewer: Some(renewer) })
+        Ok(Lease { shared, renewer: Some(renewer), reconciled: AtomicBool::new(false) })
     }
 
     /// Renews the lease now, so that what the caller does next (advance
@@ -132,6 +134,25 @@ impl Lease {
     }
 
     /// Fails once another host has taken the lease.
+    /// Whether, by this host's clock, the lease has not expired since its
+    /// last renewal (renewals that cannot reach the bucket let it run out).
+    pub fn unexpired(&self) -> bool {
+        now_ms() < self.shared.state.lock().0.expires_ms
+    }
+
+    /// Records that this host's head was compared with the bucket's under
+    /// this lease (see [`Lease::reconciled`]).
+    pub fn mark_reconciled(&self) {
+        self.reconciled.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether this host's head was compared with the bucket's under this
+    /// lease: then, while it is unexpired, no other host can have advanced
+    /// the volume since.
+    pub fn reconciled(&self) -> bool {
+        self.reconciled.load(Ordering::SeqCst)
+    }
+
     pub fn check(&self) -> Result<()> {
         if self.shared.lost.load(Ordering::SeqCst) {
             return Err(Error::conflict(format!(

@@ -47,6 +47,9 @@ pub struct Remote {
     ticker: Mutex<Option<Ticker>>,
     /// When this process last compared its view with the bucket's.
     seen: Arc<Mutex<view::Seen>>,
+    /// This host has registered with the bucket's GC in this process (see
+    /// [`Remote::registration`]): until then it imports nothing.
+    registered: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A background task run every period until stopped.
@@ -92,7 +95,18 @@ impl Remote {
             stall,
             ticker: Mutex::new(None),
             seen: Arc::default(),
+            registered: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         }))
+    }
+
+    /// Whether this host is registered with the bucket's GC, for the
+    /// layer that registers it (`store/absorb.rs`): set to false when the
+    /// bucket was out of reach at open, and true once a later registration
+    /// succeeded. Until then imports fail as unavailable: a host indexes
+    /// nothing of the bucket's before every GC waits for it, and a host
+    /// back after the GC host timeout learns what it lost first.
+    pub(crate) fn registration(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.registered.clone()
     }
 
     /// Runs `task` now and then every `every` (at the pace of lease
@@ -143,9 +157,10 @@ impl Remote {
     /// it). The publisher keeps the lease until the volume's head is out.
     ///
     /// The head to start from is this host's own when the lease was kept
-    /// from an earlier open (nobody else could write meanwhile, so the
-    /// bucket need not be asked: a last version at a mount's end works
-    /// with the bucket out of reach), else [`Remote::refresh_volume`]'s.
+    /// from an earlier open that compared the heads, and has not expired
+    /// since (nobody else could write meanwhile, so the bucket need not be
+    /// asked: a last version at a mount's end works with the bucket out of
+    /// reach), else [`Remote::refresh_volume`]'s.
     pub(crate) fn right(
         self: &Arc<Self>,
         vol: &VolumeRecord,
@@ -153,7 +168,11 @@ impl Remote {
         let (lease, held) = self.publisher.lease(vol)?;
         let head = match held {
             publish::Held::Kept => self.storage.records.head(vol.id)?,
-            publish::Held::Taken => self.refresh_volume(vol)?,
+            publish::Held::Taken => {
+                let head = self.refresh_volume(vol)?;
+                lease.mark_reconciled();
+                head
+            }
         };
         Ok((Arc::new(Right { lease, _remote: self.clone() }), head))
     }

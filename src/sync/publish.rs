@@ -56,11 +56,13 @@ pub struct Publisher {
 /// How this process came to hold a volume's lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Held {
-    /// Held without a break since an earlier open: no other host can
+    /// Held since an earlier open compared this host's head with the
+    /// bucket's, and unexpired by this host's clock: no other host can
     /// have advanced the volume meanwhile.
     Kept,
-    /// Taken now: another host may have advanced it since this one last
-    /// looked.
+    /// Taken now, or held without that assurance (expired by this host's
+    /// clock while renewals failed, or taken by the publisher for a head
+    /// it had to publish): another host may have advanced the volume.
     Taken,
 }
 
@@ -157,7 +159,8 @@ impl Publisher {
         if let Some(l) = leases.get(&vol.id)
             && l.check().is_ok()
         {
-            return Ok((l.clone(), Held::Kept));
+            let kept = l.unexpired() && l.reconciled();
+            return Ok((l.clone(), if kept { Held::Kept } else { Held::Taken }));
         }
         let l = Arc::new(Lease::acquire(self.backend.clone(), vol, self.lease_ttl)?);
         leases.insert(vol.id, l.clone());

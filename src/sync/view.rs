@@ -173,7 +173,9 @@ impl Remote {
     pub(crate) fn importer(&self) -> impl Fn() -> Result<()> + Send + 'static {
         let (storage, publisher, seen) =
             (self.storage.clone(), self.publisher.clone(), self.seen.clone());
+        let registered = self.registered.clone();
         move || {
+            super::import::registered(&registered)?;
             let mut seen = seen.lock();
             let now = generation(storage.chunks.backend())?;
             if now.is_empty()

@@ -95,7 +95,7 @@ fn throughput(store: &Store) {
     // Read the committed version back (chunk cache is 256 MiB: mostly misses).
     let t = Instant::now();
     for i in 0..(size / MIB) {
-        store.graph().frozen(&v).read_at(i * MIB, &mut buf).unwrap();
+        store.graph().frozen(&v).unwrap().read_at(i * MIB, &mut buf).unwrap();
     }
     let read = t.elapsed();
     let t = Instant::now();

@@ -103,7 +103,7 @@ fn versions_taken_during_writes_are_prefix_states() {
     let states = states.lock().unwrap();
     let mut buf = vec![0u8; SIZE];
     for v in &versions {
-        store.graph().frozen(v).read_at(0, &mut buf).unwrap();
+        store.graph().frozen(v).unwrap().read_at(0, &mut buf).unwrap();
         if !states.contains(&blake3::hash(&buf)) {
             explain(&ops, &buf);
         }
@@ -117,7 +117,7 @@ fn versions_taken_during_writes_are_prefix_states() {
     head.read_at(0, &mut buf).unwrap();
     assert!(buf == model, "head lost writes made during folds");
     let last = store.graph().snapshot("v", &SnapshotOptions::default()).unwrap();
-    store.graph().frozen(&last).read_at(0, &mut buf).unwrap();
+    store.graph().frozen(&last).unwrap().read_at(0, &mut buf).unwrap();
     assert!(buf == model, "final version differs from the model");
     assert!(store.check().unwrap().ok());
     // Reopened, the head is the same (overlay entries left by folds survive).

@@ -47,7 +47,7 @@ fn run_and_kill(store: &Path, seed: u64, delay: Duration) -> Vec<String> {
 fn version_hash(store: &Store, t: &Target) -> forkfs::Result<String> {
     let Target::Version(v) = t else { panic!("not a version") };
     let mut buf = vec![0u8; v.size as usize];
-    store.graph().frozen(v).read_at(0, &mut buf)?;
+    store.graph().frozen(v)?.read_at(0, &mut buf)?;
     Ok(blake3::hash(&buf).to_hex().to_string())
 }
 

@@ -139,7 +139,7 @@ proptest! {
                 Op::Checkpoint => {
                     let v = store.graph().snapshot("d", &Default::default()).unwrap();
                     let mut got = vec![0u8; SIZE];
-                    store.graph().frozen(&v).read_at(0, &mut got).unwrap();
+                    store.graph().frozen(&v).unwrap().read_at(0, &mut got).unwrap();
                     prop_assert!(got == sealed, "op {}: a version holds unsealed writes", i);
                 }
                 Op::Reopen => {
@@ -188,7 +188,7 @@ fn checkpoints_beside_writers_hold_only_sealed_writes() {
             let v = store.graph().snapshot("d", &Default::default()).unwrap();
             assert_eq!(v.generation, Some(1));
             let mut got = vec![0u8; SIZE];
-            store.graph().frozen(&v).read_at(0, &mut got).unwrap();
+            store.graph().frozen(&v).unwrap().read_at(0, &mut got).unwrap();
             assert!(got.iter().all(|b| *b == 1), "a version captured a pending write");
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

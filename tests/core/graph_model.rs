@@ -76,7 +76,7 @@ fn read_all(store: &Store, t: &Target) -> Vec<u8> {
         Target::Head(v) => {
             store.volumes().open_block(v.name.as_str()).unwrap().read_at(0, &mut buf).unwrap()
         }
-        Target::Version(v) => store.graph().frozen(v).read_at(0, &mut buf).unwrap(),
+        Target::Version(v) => store.graph().frozen(v).unwrap().read_at(0, &mut buf).unwrap(),
     }
     buf
 }

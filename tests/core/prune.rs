@@ -46,7 +46,7 @@ fn prune_thins_auto_versions_and_protects_the_rest() {
         assert!(!(protected && gone.contains(&v.id)), "protected version {i} was pruned");
         if !gone.contains(&v.id) {
             let mut buf = vec![0u8; 4096];
-            store.graph().frozen(v).read_at(i as u64 * 4096, &mut buf).unwrap();
+            store.graph().frozen(v).unwrap().read_at(i as u64 * 4096, &mut buf).unwrap();
             assert_eq!(buf, vec![i as u8 + 1; 4096], "kept version {i} reads back");
         }
     }

@@ -26,7 +26,9 @@ fn read(store: &Store, spec: &str, size: usize) -> Vec<u8> {
         forkfs::Target::Head(v) => {
             store.volumes().open_block(v.name.as_str()).unwrap().read_at(0, &mut buf).unwrap()
         }
-        forkfs::Target::Version(v) => store.graph().frozen(&v).read_at(0, &mut buf).unwrap(),
+        forkfs::Target::Version(v) => {
+            store.graph().frozen(&v).unwrap().read_at(0, &mut buf).unwrap()
+        }
     }
     buf
 }
@@ -156,7 +158,7 @@ fn gc_during_writes(opts: GcOptions, seed: u64) -> Vec<String> {
                         let (old, want) = kept.remove(rng.random_range(0..kept.len() - 1));
                         let v = store.graph().version(&old)?;
                         let mut buf = vec![0u8; SIZE];
-                        store.graph().frozen(&v).read_at(0, &mut buf)?;
+                        store.graph().frozen(&v)?.read_at(0, &mut buf)?;
                         if buf != want {
                             return Err(forkfs::Error::corrupt(format!("version {old} differs")));
                         }
@@ -184,7 +186,7 @@ fn gc_during_writes(opts: GcOptions, seed: u64) -> Vec<String> {
     for (id, want) in &kept {
         let v = store.graph().version(id).unwrap();
         let mut buf = vec![0u8; SIZE];
-        match store.graph().frozen(&v).read_at(0, &mut buf) {
+        match store.graph().frozen(&v).and_then(|f| f.read_at(0, &mut buf)) {
             Ok(()) if buf == *want => {}
             Ok(()) => problems.push(format!("version {id} differs")),
             Err(e) => problems.push(format!("version {id} unreadable: {e}")),

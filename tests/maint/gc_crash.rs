@@ -20,7 +20,7 @@ type Kept = HashMap<VersionId, blake3::Hash>;
 fn content(store: &Store, id: &VersionId) -> forkfs::Result<blake3::Hash> {
     let v = store.graph().version(id)?;
     let mut buf = vec![0u8; SIZE];
-    store.graph().frozen(&v).read_at(0, &mut buf)?;
+    store.graph().frozen(&v)?.read_at(0, &mut buf)?;
     Ok(blake3::hash(&buf))
 }
 

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod access;
 mod btrfs;
 mod changed;
 mod chaos;

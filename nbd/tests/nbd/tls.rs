@@ -268,3 +268,113 @@ fn tls_settings_are_checked_at_start() {
     assert!(srv.log().contains("listening (tcp)"), "{}", srv.log());
     assert!(srv.stop().success());
 }
+
+/// Certificates rotated on disk take effect at SIGHUP (issue 19): before
+/// it, new clients still meet the old ones; after it, clients of the new
+/// CA get in and those of the old one do not. A reload that fails (a
+/// broken key) keeps the certificates in use, and the server serves on.
+/// Negative control: without the SIGHUP the rotated client stays out (the
+/// assertion before the signal).
+#[test]
+fn sighup_reloads_rotated_certificates_and_a_broken_reload_keeps_the_old_ones() {
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    let pki = Pki::new(srv.dir.path());
+    let server = "[v3]\nbasicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
+    issue(&pki.dir, "server2", Some("other-ca"), "/CN=127.0.0.1", server);
+    // A client of the new CA (its certificate, and the new CA to trust).
+    let rotated = pki.dir.join("rotated");
+    std::fs::create_dir_all(&rotated).unwrap();
+    for (from, to) in [
+        ("other-ca-cert.pem", "ca-cert.pem"),
+        ("rogue-cert.pem", "client-cert.pem"),
+        ("rogue-key.pem", "client-key.pem"),
+    ] {
+        std::fs::copy(pki.dir.join(from), rotated.join(to)).unwrap();
+    }
+    // The files the server reads, replaced by rename as an operator would.
+    let live = srv.path("live");
+    std::fs::create_dir_all(&live).unwrap();
+    let put = |from: &str, to: &str| {
+        let tmp = live.join(format!("{to}.new"));
+        std::fs::copy(pki.dir.join(from), &tmp).unwrap();
+        std::fs::rename(&tmp, live.join(to)).unwrap();
+    };
+    put("server-cert.pem", "cert.pem");
+    put("server-key.pem", "key.pem");
+    put("ca-cert.pem", "ca.pem");
+    let file = |name: &str| live.join(name).to_str().unwrap().to_string();
+    let args = ["--tls-cert", "cert.pem", "--tls-key", "key.pem", "--tls-client-ca", "ca.pem"];
+    let args: Vec<String> =
+        args.iter().map(|a| if a.ends_with(".pem") { file(a) } else { a.to_string() }).collect();
+    let addr = spawn_tcp(&mut srv, &args);
+    let good = tls_uri(&addr, "disk", &pki.path("good"));
+    let new = tls_uri(&addr, "disk", rotated.to_str().unwrap());
+    assert!(info(&good).0, "{}", srv.log());
+    assert!(!info(&new).0, "a client of the other CA got in");
+
+    put("server2-cert.pem", "cert.pem");
+    put("server2-key.pem", "key.pem");
+    put("other-ca-cert.pem", "ca.pem");
+    assert!(info(&good).0, "rotated files took effect before SIGHUP");
+    assert!(!info(&new).0, "rotated files took effect before SIGHUP");
+    let reloads = |srv: &Server, what: &str| srv.log().matches(what).count();
+    srv.signal(libc::SIGHUP);
+    wait_for(&srv, || reloads(&srv, "TLS certificates reloaded") == 1);
+    assert!(info(&new).0, "the new CA's client is refused after SIGHUP: {}", srv.log());
+    assert!(!info(&good).0, "the old CA's client still gets in after SIGHUP");
+
+    // A broken key: the reload fails, the certificates in use stay.
+    std::fs::write(live.join("key.pem"), b"not a key\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for(&srv, || reloads(&srv, "TLS certificates not reloaded") == 1);
+    assert!(info(&new).0, "a failed reload dropped the certificates in use: {}", srv.log());
+    assert!(srv.wait_exit(std::time::Duration::ZERO).is_none(), "SIGHUP ended the server");
+}
+
+/// Waits up to 10 s for `done`.
+fn wait_for(srv: &Server, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "not within 10 s:\n{}", srv.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// qemu's NBD client over TLS with a client certificate (GnuTLS, x509
+/// credentials as qemu-img and qemu-io take them): it writes and reads
+/// back; without the certificate, or without TLS, it does not get in.
+#[test]
+fn qemu_writes_and_reads_over_tls_with_a_client_certificate() {
+    need("qemu-img");
+    need("qemu-io");
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    let pki = Pki::new(srv.dir.path());
+    let addr = spawn_tcp(&mut srv, &pki.server_args(true));
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let creds = |set: &str| format!("tls-creds-x509,id=tls0,dir={},endpoint=client", pki.path(set));
+    let image = format!("driver=nbd,host={host},port={port},export=disk,tls-creds=tls0");
+    let qemu_io = |set: &str, cmds: &[&str]| {
+        let mut args = vec!["--object".to_string(), creds(set), "--image-opts".to_string()];
+        args.push(image.clone());
+        for c in cmds {
+            args.extend(["-c".to_string(), c.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run("qemu-io", &args)
+    };
+    let out = qemu_io("good", &["write -P 0x5c 1M 128k", "flush", "read -P 0x5c 1M 128k"]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !said.contains("Pattern verification failed"), "{said}");
+    assert!(said.contains("read 131072/131072 bytes"), "{said}\n{}", srv.log());
+    let info = run("qemu-img", &["info", "--object", &creds("good"), "--image-opts", &image]);
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(info.status.success() && text.contains("64 MiB"), "{text}");
+    // Another CA's client certificate, or none at all: refused.
+    for set in ["rogue", "anonymous"] {
+        let out = qemu_io(set, &["read 0 4k"]);
+        assert!(!out.status.success(), "qemu-io with the {set} credentials got in");
+    }
+    let plain = format!("nbd://{addr}/disk");
+    assert!(!run("qemu-img", &["info", &plain]).status.success(), "qemu-img got in without TLS");
+}

@@ -58,6 +58,11 @@ impl Admission {
         }
     }
 
+    /// Connections served now.
+    pub fn in_use(&self) -> usize {
+        self.max - self.slots.available_permits()
+    }
+
     /// A slot to refuse a connection for another reason (see
     /// [`refuse`]); `None`: too many refusals at once, close it.
     pub fn refusal(&self) -> Option<OwnedSemaphorePermit> {

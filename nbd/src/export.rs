@@ -75,6 +75,8 @@ pub struct Export {
     target: Target,
     backing: Opened<BlockHead>,
     pub counters: Counters,
+    /// Request latencies, by kind (`--metrics`).
+    pub latency: crate::metrics::Latency,
     /// When the version graph last advanced (flush mode checkpoints).
     last_checkpoint: Mutex<Instant>,
     /// Live exports: when writes become durable.
@@ -130,6 +132,7 @@ impl Export {
             target,
             backing,
             counters: Counters::default(),
+            latency: Default::default(),
             last_checkpoint: Mutex::new(Instant::now()),
             persist,
             reported: Mutex::new((Instant::now(), 0)),
@@ -259,6 +262,13 @@ impl Export {
     }
 
     /// Logs safe-point metrics (deferred exports).
+    /// In btrfs mode: the safe points persisted and the rollbacks so far.
+    pub fn safe_points(&self) -> Option<(u64, u64)> {
+        let p = self.persist.as_ref().filter(|p| p.deferred())?;
+        let s = &p.stats;
+        Some((s.safe_points.load(Ordering::Relaxed), s.rollbacks.load(Ordering::Relaxed)))
+    }
+
     pub fn report(&self, per: Duration) {
         if let Some(p) = &self.persist {
             p.report(per, &self.reported);

@@ -57,6 +57,11 @@ impl Exports {
         self.only.is_empty() || self.only.iter().any(|o| o == name || o == vol)
     }
 
+    /// The store served.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Names for NBD_OPT_LIST: every block volume (or the configured ones).
     pub fn list(&self) -> forkfs::Result<Vec<(String, String)>> {
         let mut out = Vec::new();

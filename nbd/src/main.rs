@@ -6,6 +6,7 @@ mod export;
 mod exports;
 mod limits;
 mod listen;
+mod metrics;
 mod negotiate;
 mod peers;
 mod persist;
@@ -71,6 +72,10 @@ enum Command {
         /// signed by one of them (the access control)
         #[arg(long, value_name = "FILE")]
         tls_client_ca: Option<PathBuf>,
+        /// Serve Prometheus metrics (`GET /metrics`) on this TCP address;
+        /// loopback only unless --insecure-listen
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
         /// Over the Unix socket, only processes of this user id may
         /// connect (or of a group of --allow-gid); repeatable [default:
         /// whoever may open the socket file]
@@ -199,6 +204,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         exit_when_idle,
         allow_uid,
         allow_gid,
+        metrics,
         limits: l,
     } = cli.command;
     if exit_when_idle.is_some_and(|d| d.is_zero()) {
@@ -218,6 +224,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let authenticated = tls.as_ref().is_some_and(|t| t.verifies_clients);
     if let Some(addr) = &listen {
         listen::check(addr, insecure_listen || authenticated)?;
+    }
+    if let Some(addr) = &metrics {
+        listen::check(addr, insecure_listen)?;
     }
     for l in &inherited {
         if let systemd::Inherited::Tcp(t) = l {
@@ -251,6 +260,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         inherited,
         exit_when_idle,
         peers: peers::Peers { uids: allow_uid, gids: allow_gid },
+        metrics,
         session: session::SessionConfig { checkpoint_after_flush, limits },
         checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
         client_by,

@@ -6,6 +6,7 @@
 
 use crate::admit::{Admission, Admit, refuse};
 use crate::exports::Exports;
+use crate::metrics;
 use crate::negotiate::{Negotiated, Outcome, TlsState, greet, invalid, options};
 use crate::peers::Peers;
 use crate::persist::clients::Peer;
@@ -40,6 +41,8 @@ pub struct ServerConfig {
     pub tls_files: TlsFiles,
     /// Who may connect over the Unix socket.
     pub peers: Peers,
+    /// Where to serve `GET /metrics` (`metrics.rs`).
+    pub metrics: Option<String>,
 }
 
 /// What makes connections one client (see `persist/clients.rs`).
@@ -260,7 +263,19 @@ pub async fn run(
     }
     systemd::ready();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let admission = Admission::new(cfg.session.limits.max_connections);
+    let admission = Arc::new(Admission::new(cfg.session.limits.max_connections));
+    let _metrics = match &cfg.metrics {
+        Some(a) => {
+            let l = TcpListener::bind(a).await.with_context(|| format!("cannot listen on {a}"))?;
+            tracing::info!(addr = %l.local_addr()?, "metrics (GET /metrics)");
+            let src = Arc::new(metrics::Sources {
+                exports: exports.clone(),
+                admission: admission.clone(),
+            });
+            Some(AbortOnDrop(tokio::spawn(metrics::serve(l, src))))
+        }
+        None => None,
+    };
     let mut conns = tokio::task::JoinSet::new();
     let mut timer = tokio::time::interval(cfg.checkpoint_every);
     timer.tick().await;
@@ -379,6 +394,15 @@ fn reload_tls(cfg: &ServerConfig) {
             error = format!("{e:#}"),
             "SIGHUP: TLS certificates not reloaded; the ones loaded before stay in use"
         ),
+    }
+}
+
+/// Ends a task when dropped (the metrics endpoint ends with the server).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

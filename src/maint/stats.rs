@@ -111,10 +111,7 @@ impl Store {
         let packs = self.chunks().index().packs()?;
         let stored: u64 = packs.iter().map(|p| p.1.len).sum();
         let logical: u64 = volumes.iter().map(|v| v.logical_bytes).sum();
-        let disk_cache = self.chunks().disk_cache().map(|d| {
-            let (bytes, chunks) = d.usage();
-            DiskCacheStats { bytes, chunks, limit: d.limit() }
-        });
+        let disk_cache = self.disk_cache_stats();
         Ok(StoreStats {
             upload: self.upload_stats()?,
             view: self.volumes().view()?,
@@ -129,6 +126,19 @@ impl Store {
 }
 
 impl Store {
+    /// The upload queue of a remote store (cheap: no look at the bucket).
+    pub fn upload_queue(&self) -> Option<crate::objects::OutboxStats> {
+        self.chunks().backend().outbox().map(|o| o.stats())
+    }
+
+    /// The on-disk chunk cache of a remote store.
+    pub fn disk_cache_stats(&self) -> Option<DiskCacheStats> {
+        self.chunks().disk_cache().map(|d| {
+            let (bytes, chunks) = d.usage();
+            DiskCacheStats { bytes, chunks, limit: d.limit() }
+        })
+    }
+
     fn upload_stats(&self) -> Result<Option<UploadStats>> {
         let (Some(o), Some(r)) = (self.chunks().backend().outbox(), self.remote()) else {
             return Ok(None);

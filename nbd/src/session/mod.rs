@@ -273,6 +273,7 @@ async fn requests<R: AsyncRead + Unpin>(
         let arrival = export.arrive(mutating);
         let (ex, ctx, tx, cfg) = (export.clone(), contexts.clone(), tx.clone(), cfg.clone());
         let client = client.clone();
+        let arrived = std::time::Instant::now();
         tasks.spawn(async move {
             let ex2 = ex.clone();
             let res = tokio::task::spawn_blocking(move || {
@@ -290,6 +291,7 @@ async fn requests<R: AsyncRead + Unpin>(
             })
             .await;
             let res = res.unwrap_or_else(|e| Err((Errno::Io, format!("request task failed: {e}"))));
+            ex.latency.observe(req.command, arrived.elapsed());
             match res {
                 Ok(out) => {
                     let _ = tx.send((encode(&req, structured, out, ex.block_size), charge));

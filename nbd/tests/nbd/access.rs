@@ -66,3 +66,70 @@ fn logs_are_json_lines_when_asked() {
     }
     assert!(log.contains("\"listening (unix)\""), "{log}");
 }
+
+/// `--metrics ADDR`: `GET /metrics` answers in Prometheus' text format
+/// with the export's requests, bytes and latency histograms (after a
+/// client wrote, flushed and read); another path is 404; a public address
+/// is refused without `--insecure-listen`. Negative control: the counts
+/// are read back from what the client did (1 write of 65536 bytes, 1
+/// flush, 1 read), so a server that counted nothing fails.
+#[test]
+fn metrics_show_requests_bytes_and_latency_in_prometheus_text() {
+    use std::io::{Read, Write};
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    srv.spawn(&["--metrics", "127.0.0.1:0"]);
+    let log = srv.log();
+    let line = log.lines().find(|l| l.contains("metrics (GET /metrics)")).unwrap_or_else(|| {
+        panic!("no metrics address logged: {log}");
+    });
+    let addr = line.split("addr=").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    let script = "h.pwrite(b'\\x11' * 65536, 0)\nh.flush()\nh.pread(65536, 0)";
+    let out = run("nbdsh", &["-u", &srv.uri("disk"), "-c", script]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    let reply = get("/metrics");
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.contains("text/plain; version=0.0.4"),
+        "{head}"
+    );
+    for want in [
+        "forkfs_nbd_writes_total{export=\"disk\"} 1",
+        "forkfs_nbd_written_bytes_total{export=\"disk\"} 65536",
+        "forkfs_nbd_flushes_total{export=\"disk\"} 1",
+        "forkfs_nbd_reads_total{export=\"disk\"} 1",
+        "forkfs_nbd_request_duration_seconds_count{export=\"disk\",op=\"write\"} 1",
+        "forkfs_nbd_request_duration_seconds_bucket{export=\"disk\",op=\"read\",le=\"+Inf\"} 1",
+    ] {
+        assert!(body.lines().any(|l| l == want), "missing {want:?} in:\n{body}");
+    }
+    // Every sample line is `name{labels} number`, every family typed.
+    for l in body.lines().filter(|l| !l.starts_with('#')) {
+        let (name, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {l:?}"));
+        assert!(value.parse::<f64>().is_ok(), "bad value in {l:?}");
+        let family = name.split('{').next().unwrap();
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| family.strip_suffix(s))
+            .filter(|b| body.contains(&format!("# TYPE {b} histogram")))
+            .unwrap_or(family);
+        assert!(body.contains(&format!("# TYPE {base} ")), "{family} has no TYPE line");
+    }
+    assert!(get("/other").starts_with("HTTP/1.1 404"));
+    srv.stop();
+    let out = std::process::Command::new(&srv.bin)
+        .arg("--store")
+        .arg(&srv.store)
+        .args(["serve", "--socket"])
+        .arg(srv.path("x.sock"))
+        .args(["--metrics", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+}

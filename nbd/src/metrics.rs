@@ -1,0 +1,206 @@
+//! `--metrics ADDR`: a Prometheus text-format endpoint (`GET /metrics`)
+//! on a TCP listener of its own: per-export requests, bytes, errors and
+//! request latency histograms, connections, safe points and rollbacks in
+//! btrfs mode, and the store's upload queue and disk cache. A tiny HTTP
+//! server: one request per connection, headers bounded in size and time.
+
+use crate::admit::Admission;
+use crate::exports::Exports;
+use crate::proto::Command;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 14] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// The largest request head read, and how long a scrape may take to send it.
+const MAX_HEAD: usize = 8 << 10;
+const HEAD_TIME: Duration = Duration::from_secs(5);
+
+/// Request latencies of one kind.
+#[derive(Default)]
+struct Histogram {
+    /// Requests at most each bound (not cumulative; summed when shown).
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| s <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (b, n) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// The latencies of one export's requests, by kind.
+#[derive(Default)]
+pub struct Latency {
+    read: Histogram,
+    write: Histogram,
+    flush: Histogram,
+    other: Histogram,
+}
+
+impl Latency {
+    pub fn observe(&self, command: Command, d: Duration) {
+        match command {
+            Command::Read => &self.read,
+            Command::Write => &self.write,
+            Command::Flush => &self.flush,
+            _ => &self.other,
+        }
+        .observe(d);
+    }
+}
+
+/// One of an export's counters.
+type Counter = fn(&crate::export::Counters) -> &AtomicU64;
+
+/// What the endpoint shows.
+pub struct Sources {
+    pub exports: Arc<Exports>,
+    pub admission: Arc<Admission>,
+}
+
+/// The metrics now, in Prometheus' text format.
+pub fn render(src: &Sources) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP forkfs_nbd_connections Connections open now.");
+    let _ = writeln!(out, "# TYPE forkfs_nbd_connections gauge");
+    let _ = writeln!(out, "forkfs_nbd_connections {}", src.admission.in_use());
+    let exports = src.exports.opened();
+    let counters: [(&str, &str, Counter); 8] = [
+        ("reads", "READ requests.", |c| &c.reads),
+        ("writes", "WRITE requests.", |c| &c.writes),
+        ("read_bytes", "Bytes read.", |c| &c.bytes_read),
+        ("written_bytes", "Bytes written.", |c| &c.bytes_written),
+        ("flushes", "FLUSH requests.", |c| &c.flushes),
+        ("zeroes", "WRITE_ZEROES and TRIM requests.", |c| &c.zeroes),
+        ("errors", "Requests answered with an error.", |c| &c.errors),
+        ("checkpoints", "Versions taken of the export.", |c| &c.checkpoints),
+    ];
+    for (name, help, get) in counters {
+        let _ = writeln!(out, "# HELP forkfs_nbd_{name}_total {help}");
+        let _ = writeln!(out, "# TYPE forkfs_nbd_{name}_total counter");
+        for e in &exports {
+            let v = get(&e.counters).load(Ordering::Relaxed);
+            let _ = writeln!(out, "forkfs_nbd_{name}_total{{export=\"{}\"}} {v}", label(&e.name));
+        }
+    }
+    let name = "forkfs_nbd_request_duration_seconds";
+    let _ = writeln!(out, "# HELP {name} Time from a request's arrival to its reply, by kind.");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for e in &exports {
+        let l = &e.latency;
+        for (op, h) in
+            [("read", &l.read), ("write", &l.write), ("flush", &l.flush), ("other", &l.other)]
+        {
+            h.render(&mut out, name, &format!("export=\"{}\",op=\"{op}\"", label(&e.name)));
+        }
+    }
+    for (name, help, kind) in [
+        ("safe_points_total", "btrfs mode: safe points persisted.", "counter"),
+        ("rollbacks_total", "btrfs mode: rollbacks to the last safe point.", "counter"),
+    ] {
+        let _ = writeln!(out, "# HELP forkfs_nbd_{name} {help}");
+        let _ = writeln!(out, "# TYPE forkfs_nbd_{name} {kind}");
+        for e in &exports {
+            if let Some((points, rollbacks)) = e.safe_points() {
+                let v = if name.starts_with("safe") { points } else { rollbacks };
+                let _ = writeln!(out, "forkfs_nbd_{name}{{export=\"{}\"}} {v}", label(&e.name));
+            }
+        }
+    }
+    let store = src.exports.store();
+    if let Some(q) = store.upload_queue() {
+        let _ = writeln!(out, "# HELP forkfs_upload_pending_bytes Bytes waiting for upload.");
+        let _ = writeln!(out, "# TYPE forkfs_upload_pending_bytes gauge");
+        let _ = writeln!(out, "forkfs_upload_pending_bytes {}", q.pending_bytes);
+        let _ = writeln!(out, "# HELP forkfs_upload_pending_objects Objects waiting for upload.");
+        let _ = writeln!(out, "# TYPE forkfs_upload_pending_objects gauge");
+        let _ = writeln!(out, "forkfs_upload_pending_objects {}", q.pending_objects);
+        let _ =
+            writeln!(out, "# HELP forkfs_upload_oldest_seconds Age of the oldest waiting object.");
+        let _ = writeln!(out, "# TYPE forkfs_upload_oldest_seconds gauge");
+        let _ = writeln!(out, "forkfs_upload_oldest_seconds {}", q.oldest_ms as f64 / 1000.0);
+    }
+    if let Some(c) = store.disk_cache_stats() {
+        let _ = writeln!(out, "# HELP forkfs_disk_cache_bytes Bytes in the chunk cache.");
+        let _ = writeln!(out, "# TYPE forkfs_disk_cache_bytes gauge");
+        let _ = writeln!(out, "forkfs_disk_cache_bytes {}", c.bytes);
+        let _ = writeln!(out, "# HELP forkfs_disk_cache_limit_bytes The chunk cache's limit.");
+        let _ = writeln!(out, "# TYPE forkfs_disk_cache_limit_bytes gauge");
+        let _ = writeln!(out, "forkfs_disk_cache_limit_bytes {}", c.limit);
+    }
+    out
+}
+
+/// A label value, escaped as the text format wants.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, src: Arc<Sources>) {
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else { continue };
+        let src = src.clone();
+        tokio::spawn(async move {
+            let head = tokio::time::timeout(HEAD_TIME, read_head(&mut s)).await;
+            let reply = match head {
+                Ok(Ok(h)) if h.starts_with("GET /metrics ") || h.starts_with("GET /metrics?") => {
+                    let body = render(&src);
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                }
+                Ok(Ok(_)) => {
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_string()
+                }
+                _ => return,
+            };
+            let _ = s.write_all(reply.as_bytes()).await;
+            let _ = s.shutdown().await;
+        });
+    }
+}
+
+/// The request head (up to the blank line), at most [`MAX_HEAD`] bytes.
+async fn read_head(s: &mut tokio::net::TcpStream) -> std::io::Result<String> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 || buf.len() + n > MAX_HEAD {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}

@@ -25,6 +25,9 @@ pub struct Exports {
     live: Mutex<HashMap<String, Arc<Export>>>,
     versions: quick_cache::sync::Cache<VersionId, Arc<Export>>,
     changed: Arc<ChangedCache>,
+    /// `--allow-client VOL=FINGERPRINT`: a volume named here is served
+    /// only to clients presenting one of its certificates.
+    clients: Vec<(String, String)>,
 }
 
 impl Exports {
@@ -41,6 +44,29 @@ impl Exports {
             live: Mutex::new(HashMap::new()),
             versions: quick_cache::sync::Cache::new(VERSION_EXPORTS),
             changed,
+            clients: Vec::new(),
+        }
+    }
+
+    /// Serves each volume of `rules` (volume, identity) only to clients
+    /// whose certificate names one of its identities.
+    pub fn with_clients(mut self, rules: Vec<(String, String)>) -> Exports {
+        self.clients = rules;
+        self
+    }
+
+    /// Whether the client `who` (its certificate's identity; `None`: no
+    /// certificate) may use export `name` (VOL or VOL@VERSION); else why not.
+    pub fn client_may(&self, name: &str, who: Option<&str>) -> Result<(), String> {
+        let vol = name.split('@').next().unwrap_or(name);
+        let mut rules = self.clients.iter().filter(|(v, _)| v == vol).peekable();
+        if rules.peek().is_none() {
+            return Ok(());
+        }
+        match who {
+            Some(w) if rules.any(|(_, id)| id == w) => Ok(()),
+            Some(w) => Err(format!("client {w:?} may not use {vol} (--allow-client)")),
+            None => Err(format!("{vol} is served only to named clients (--allow-client)")),
         }
     }
 
@@ -62,11 +88,16 @@ impl Exports {
         &self.store
     }
 
-    /// Names for NBD_OPT_LIST: every block volume (or the configured ones).
-    pub fn list(&self) -> forkfs::Result<Vec<(String, String)>> {
+    /// Names for NBD_OPT_LIST: every block volume (or the configured ones)
+    /// that the client `who` may use.
+    pub fn list(&self, who: Option<&str>) -> forkfs::Result<Vec<(String, String)>> {
         let mut out = Vec::new();
         for v in self.store.volumes().list()? {
-            if v.kind == VolumeKind::Block && self.allowed(v.name.as_str()) {
+            let name = v.name.as_str();
+            if v.kind == VolumeKind::Block
+                && self.allowed(name)
+                && self.client_may(name, who).is_ok()
+            {
                 out.push((v.name.to_string(), format!("forkfs block volume, {} bytes", v.size)));
             }
         }

@@ -72,6 +72,14 @@ enum Command {
         /// signed by one of them (the access control)
         #[arg(long, value_name = "FILE")]
         tls_client_ca: Option<PathBuf>,
+        /// Serve volume VOL only to TLS clients presenting the certificate
+        /// whose SHA-256 fingerprint is FINGERPRINT (as `openssl x509
+        /// -noout -fingerprint -sha256` prints it; colons and case do not
+        /// matter); repeatable: several certificates per volume, several
+        /// volumes. Needs --tls-client-ca. Volumes not named are served to
+        /// every client the CA admits
+        #[arg(long, value_name = "VOL=FINGERPRINT", value_parser = parse_rule)]
+        allow_client: Vec<(String, String)>,
         /// Serve Prometheus metrics (`GET /metrics`) on this TCP address;
         /// loopback only unless --insecure-listen
         #[arg(long, value_name = "ADDR")]
@@ -161,6 +169,19 @@ fn parse_size(s: &str) -> Result<u64, String> {
     forkfs::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// `VOL=FINGERPRINT`: the fingerprint as `sha256:` and 64 lowercase hex
+/// digits (from `AB:CD:…`, `sha256:ab…`, or openssl's whole line).
+fn parse_rule(s: &str) -> Result<(String, String), String> {
+    let bad = || format!("{s:?} is not VOL=FINGERPRINT (a SHA-256 fingerprint)");
+    let (vol, fp) = s.split_once('=').filter(|(v, _)| !v.is_empty()).ok_or_else(bad)?;
+    let fp = fp.rsplit('=').next().unwrap_or(fp).to_ascii_lowercase();
+    let hex: String = fp.trim_start_matches("sha256:").chars().filter(|c| *c != ':').collect();
+    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    Ok((vol.to_string(), format!("sha256:{hex}")))
+}
+
 fn parse_mode(s: &str) -> Result<(Option<String>, persist::Mode), String> {
     match s.split_once('=') {
         Some((vol, m)) => Ok((Some(vol.to_string()), m.parse()?)),
@@ -205,6 +226,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         allow_uid,
         allow_gid,
         metrics,
+        allow_client,
         limits: l,
     } = cli.command;
     if exit_when_idle.is_some_and(|d| d.is_zero()) {
@@ -222,6 +244,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let tls = files.load().map_err(|e| forkfs::Error::invalid(format!("{e:#}")))?;
     let tls_files = files;
     let authenticated = tls.as_ref().is_some_and(|t| t.verifies_clients);
+    if !allow_client.is_empty() && !authenticated {
+        return Err(forkfs::Error::invalid(
+            "--allow-client needs client certificates: give --tls-cert, --tls-key and --tls-client-ca",
+        )
+        .into());
+    }
     if let Some(addr) = &listen {
         listen::check(addr, insecure_listen || authenticated)?;
     }
@@ -246,7 +274,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let store = forkfs::Store::open_with(&dir, &forkfs::Settings::from_env())?;
     // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
     let _control = forkfs::service::serve(store.clone(), Default::default())?;
-    let exports = Arc::new(exports::Exports::new(store, export.clone(), consistency));
+    let exports = Arc::new(
+        exports::Exports::new(store, export.clone(), consistency).with_clients(allow_client),
+    );
     for name in &export {
         exports.open(name).with_context(|| format!("export {name}"))?;
     }

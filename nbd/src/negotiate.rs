@@ -36,12 +36,15 @@ pub enum Outcome {
 }
 
 /// TLS as the option loop sees it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct TlsState {
     /// The server has TLS, and so requires it.
     pub required: bool,
     /// This connection is upgraded already.
     pub active: bool,
+    /// The client certificate's identity (its SHA-256 fingerprint), once
+    /// upgraded with one: what `--allow-client` rules name.
+    pub client: Option<String>,
 }
 
 /// What the handshake agreed on.
@@ -75,7 +78,12 @@ pub fn transmission_flags(e: &Export) -> TransmissionFlags {
 async fn open(
     exports: &Arc<Exports>,
     name: &str,
+    tls: &TlsState,
 ) -> Result<Arc<Export>, (OptionReplyType, String)> {
+    if let Err(why) = exports.client_may(name, tls.client.as_deref()) {
+        tracing::warn!(export = name, client = tls.client.as_deref(), "{why}");
+        return Err((OptionReplyType::ErrPolicy, why));
+    }
     let (ex, n) = (exports.clone(), name.to_string());
     match tokio::task::spawn_blocking(move || ex.open(&n)).await {
         Ok(Ok(e)) => Ok(e),
@@ -181,7 +189,7 @@ pub async fn options<S: AsyncRead + AsyncWrite + Unpin>(
             OptionType::ExportName => {
                 let name = proto::parse_export_name(&data).map_err(invalid)?;
                 // No way to refuse politely here: the protocol closes.
-                let export = open(exports, &name).await.map_err(|(_, msg)| invalid(msg))?;
+                let export = open(exports, &name, &tls).await.map_err(|(_, msg)| invalid(msg))?;
                 proto::encode_export_name_reply(
                     &mut out,
                     export.size,
@@ -200,9 +208,10 @@ pub async fn options<S: AsyncRead + AsyncWrite + Unpin>(
                 if !data.is_empty() {
                     err(&mut out, OptionReplyType::ErrInvalid, "LIST takes no data");
                 } else {
-                    let ex = exports.clone();
-                    let list =
-                        tokio::task::spawn_blocking(move || ex.list()).await.map_err(invalid)?;
+                    let (ex, who) = (exports.clone(), tls.client.clone());
+                    let list = tokio::task::spawn_blocking(move || ex.list(who.as_deref()))
+                        .await
+                        .map_err(invalid)?;
                     match list {
                         Ok(list) => {
                             for (name, desc) in list {
@@ -232,7 +241,7 @@ pub async fn options<S: AsyncRead + AsyncWrite + Unpin>(
                         continue;
                     }
                 };
-                match open(exports, &req.name).await {
+                match open(exports, &req.name, &tls).await {
                     Err((kind, msg)) => err(&mut out, kind, &msg),
                     Ok(export) => {
                         proto::encode_info_export(
@@ -278,7 +287,7 @@ pub async fn options<S: AsyncRead + AsyncWrite + Unpin>(
                         OptionReplyType::ErrInvalid,
                         "negotiate structured replies first",
                     ),
-                    Ok(req) => match open(exports, &req.export).await {
+                    Ok(req) => match open(exports, &req.export, &tls).await {
                         Err((kind, msg)) => err(&mut out, kind, &msg),
                         Ok(export) => {
                             let found = match_contexts(&export, &req.queries, set).await;

@@ -90,14 +90,16 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let no_zeroes = greet(&mut s).await?;
-    let plain = TlsState { required: tls.is_some(), active: false };
+    let plain = TlsState { required: tls.is_some(), active: false, client: None };
     match options(&mut s, exports, max_request, no_zeroes, plain).await? {
         Outcome::Left => Ok(None),
         Outcome::Attach(n) => Ok(Some(Attached::Plain(s, n))),
         Outcome::StartTls => {
             let tls = tls.ok_or_else(|| invalid("STARTTLS without TLS"))?;
             let mut t = tls.acceptor.accept(s).await?;
-            let on = TlsState { required: true, active: true };
+            let client =
+                t.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(identity);
+            let on = TlsState { required: true, active: true, client };
             match options(&mut t, exports, max_request, no_zeroes, on).await? {
                 Outcome::Attach(n) => Ok(Some(Attached::Tls(Box::new(t), n))),
                 Outcome::Left => Ok(None),
@@ -105,6 +107,16 @@ where
             }
         }
     }
+}
+
+/// A client certificate's identity: its SHA-256 fingerprint
+/// (`sha256:` and 64 hex digits), what `openssl x509 -fingerprint -sha256`
+/// prints, without parsing the certificate.
+fn identity(cert: &tokio_rustls::rustls::pki_types::CertificateDer<'_>) -> Option<String> {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(cert.as_ref());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("sha256:{hex}"))
 }
 
 /// One admitted connection: the handshake (bounded by the handshake

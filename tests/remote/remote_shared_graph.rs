@@ -214,6 +214,17 @@ fn open_version_unsafe_gc(kind: Kind) {
     assert!(err.contains("Input/output error"), "the client failed otherwise: {err}");
 }
 
+/// A child killed (and reaped) when dropped: a failed assertion leaves
+/// no server behind.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// What [`read_while_deleted`]'s client got.
 struct Read {
     /// The client that had the version open (stderr: why it failed).
@@ -244,7 +255,7 @@ fn read_while_deleted(kind: Kind, bucket: &str, a_env: &[(&str, &str)]) -> Read 
     let [_, older] = <[String; 2]>::try_from(ids(&b, "d")).expect("B lists two versions");
     let sock = dir.path().join("b.sock");
     let spec = format!("d@{older}");
-    let mut server = serve(&b, &sock, "3s", &spec, &[("FORKFS_READAHEAD", "0")]);
+    let server = Reaped(serve(&b, &sock, "3s", &spec, &[("FORKFS_READAHEAD", "0")]));
     let uri = format!("nbd+unix:///d%40{older}?socket={}", sock.display());
     let (ready, go, got) =
         (dir.path().join("ready"), dir.path().join("go"), dir.path().join("got.img"));
@@ -294,8 +305,7 @@ fn read_while_deleted(kind: Kind, bucket: &str, a_env: &[(&str, &str)]) -> Read 
     std::fs::write(&go, b"").unwrap();
     let client = client.wait_with_output().unwrap();
     let reopened = Command::new("nbdinfo").arg(&uri).output().expect("nbdinfo (libnbd-bin)");
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     let got = std::fs::read(&got).ok();
     Read { client, got, want: first, reopened }
 }

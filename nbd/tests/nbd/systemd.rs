@@ -75,7 +75,8 @@ fn a_socket_activated_server_is_ready_serves_and_exits_when_its_last_client_left
     let write = "h.pwrite(b'\\x3c' * 65536, 4096)\nh.flush()";
     let read = "assert h.pread(65536, 4096) == b'\\x3c' * 65536";
     for script in [write, read] {
-        let mut server = activator(&srv, &path);
+        let mut guard = Reaped(Some(activator(&srv, &path)));
+        let server = guard.0.as_mut().unwrap();
         // The first connection starts the server, which takes it.
         let out = run("nbdsh", &["-u", &uri, "-c", script]);
         assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), {
@@ -83,7 +84,7 @@ fn a_socket_activated_server_is_ready_serves_and_exits_when_its_last_client_left
         });
         assert_eq!(notified(&notify).trim(), "READY=1");
         // Its only client left: it stops on its own, as on SIGTERM.
-        let st = exited(&mut server, Duration::from_secs(15));
+        let st = exited(server, Duration::from_secs(15));
         let log = std::fs::read_to_string(srv.path("server.log")).unwrap_or_default();
         let st = st.unwrap_or_else(|| panic!("still running 15 s after its client left:\n{log}"));
         assert_eq!(st.code(), Some(0), "{log}");
@@ -92,7 +93,7 @@ fn a_socket_activated_server_is_ready_serves_and_exits_when_its_last_client_left
     }
     // Given --socket as well, a socket-activated server refuses in one line.
     let _ = std::fs::remove_file(&srv.sock);
-    let out = Command::new("systemd-socket-activate")
+    let refused = Command::new("systemd-socket-activate")
         .arg("-l")
         .arg(&srv.sock)
         .arg(&srv.bin)
@@ -103,11 +104,32 @@ fn a_socket_activated_server_is_ready_serves_and_exits_when_its_last_client_left
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut refused = Reaped(Some(refused));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !srv.sock.exists() {
+        assert!(Instant::now() < deadline, "systemd-socket-activate did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = run("nbdinfo", &[&uri]);
-    let out = out.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(64), "{err}");
+    let child = refused.0.as_mut().unwrap();
+    let st = exited(child, Duration::from_secs(15)).expect("the refusing server exits");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(st.code(), Some(64), "{err}");
     assert!(err.contains("socket-activated"), "{err}");
+}
+
+/// A child killed (and reaped) when dropped: a failed assertion leaves
+/// no server behind.
+struct Reaped(Option<Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// The units shipped in `docs/systemd/` pass `systemd-analyze verify`

@@ -378,3 +378,66 @@ fn qemu_writes_and_reads_over_tls_with_a_client_certificate() {
     let plain = format!("nbd://{addr}/disk");
     assert!(!run("qemu-img", &["info", &plain]).status.success(), "qemu-img got in without TLS");
 }
+
+/// Per-export access by certificate (`--allow-client VOL=FINGERPRINT`,
+/// its SHA-256 fingerprint as openssl prints it): a volume with rules is
+/// served only to the clients named, who also see it in the list; another
+/// client of the same CA is refused it (and does not see it) but gets a
+/// volume without rules. Without client certificates the flag is refused.
+/// Negative control: the refused client gets in when the rule is not given
+/// (the last case).
+#[test]
+fn allow_client_serves_a_volume_only_to_the_named_certificates() {
+    let mut srv = Server::create(&[("disk", 64 * MIB), ("open", 64 * MIB)]);
+    let pki = Pki::new(srv.dir.path());
+    let client = "[v3]\nbasicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+    issue(&pki.dir, "client2", Some("ca"), "/CN=another client", client);
+    let other = pki.dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    for (from, to) in [
+        ("ca-cert.pem", "ca-cert.pem"),
+        ("client2-cert.pem", "client-cert.pem"),
+        ("client2-key.pem", "client-key.pem"),
+    ] {
+        std::fs::copy(pki.dir.join(from), other.join(to)).unwrap();
+    }
+    let other = other.to_str().unwrap().to_string();
+    // The allowed client's fingerprint, as openssl prints it.
+    let fp = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(pki.dir.join("client-cert.pem"))
+        .output()
+        .unwrap();
+    let fp = String::from_utf8_lossy(&fp.stdout).trim().to_string();
+    assert!(fp.to_lowercase().starts_with("sha256 fingerprint="), "{fp}");
+    let mut args = pki.server_args(true);
+    args.extend(["--allow-client".to_string(), format!("disk={fp}")]);
+    let addr = spawn_tcp(&mut srv, &args);
+    let list = |certs: &str| {
+        let o = run("nbdinfo", &["--list", &format!("nbds://{addr}/?tls-certificates={certs}")]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(info(&tls_uri(&addr, "disk", &pki.path("good"))).0, "{}", srv.log());
+    assert!(list(&pki.path("good")).contains("export=\"disk\""));
+    let (ok, said) = info(&tls_uri(&addr, "disk", &other));
+    assert!(!ok, "another client of the CA got disk: {said}");
+    assert!(srv.log().contains("may not use disk"), "{}", srv.log());
+    assert!(info(&tls_uri(&addr, "open", &other)).0, "a volume without rules was refused");
+    let seen = list(&other);
+    assert!(seen.contains("export=\"open\"") && !seen.contains("export=\"disk\""), "{seen}");
+    // Without client certificates the rule cannot hold: refused at start.
+    srv.stop();
+    let out = Command::new(&srv.bin)
+        .arg("--store")
+        .arg(&srv.store)
+        .args(["serve", "--socket"])
+        .arg(srv.path("x.sock"))
+        .arg("--allow-client")
+        .arg(format!("disk={fp}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    // The negative control: without the rule the same client gets disk.
+    let addr = spawn_tcp(&mut srv, &pki.server_args(true));
+    assert!(info(&tls_uri(&addr, "disk", &other)).0, "refused even without a rule");
+}

@@ -88,9 +88,7 @@ pub struct Sources {
 /// The metrics now, in Prometheus' text format.
 pub fn render(src: &Sources) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# HELP forkfs_nbd_connections Connections open now.");
-    let _ = writeln!(out, "# TYPE forkfs_nbd_connections gauge");
-    let _ = writeln!(out, "forkfs_nbd_connections {}", src.admission.in_use());
+    gauge(&mut out, "forkfs_nbd_connections", "Connections open now.", src.admission.in_use());
     let exports = src.exports.opened();
     let counters: [(&str, &str, Counter); 8] = [
         ("reads", "READ requests.", |c| &c.reads),
@@ -103,16 +101,14 @@ pub fn render(src: &Sources) -> String {
         ("checkpoints", "Versions taken of the export.", |c| &c.checkpoints),
     ];
     for (name, help, get) in counters {
-        let _ = writeln!(out, "# HELP forkfs_nbd_{name}_total {help}");
-        let _ = writeln!(out, "# TYPE forkfs_nbd_{name}_total counter");
+        family(&mut out, &format!("forkfs_nbd_{name}_total"), help, "counter");
         for e in &exports {
             let v = get(&e.counters).load(Ordering::Relaxed);
             let _ = writeln!(out, "forkfs_nbd_{name}_total{{export=\"{}\"}} {v}", label(&e.name));
         }
     }
     let name = "forkfs_nbd_request_duration_seconds";
-    let _ = writeln!(out, "# HELP {name} Time from a request's arrival to its reply, by kind.");
-    let _ = writeln!(out, "# TYPE {name} histogram");
+    family(&mut out, name, "Time from a request's arrival to its reply, by kind.", "histogram");
     for e in &exports {
         let l = &e.latency;
         for (op, h) in
@@ -121,41 +117,52 @@ pub fn render(src: &Sources) -> String {
             h.render(&mut out, name, &format!("export=\"{}\",op=\"{op}\"", label(&e.name)));
         }
     }
-    for (name, help, kind) in [
-        ("safe_points_total", "btrfs mode: safe points persisted.", "counter"),
-        ("rollbacks_total", "btrfs mode: rollbacks to the last safe point.", "counter"),
-    ] {
-        let _ = writeln!(out, "# HELP forkfs_nbd_{name} {help}");
-        let _ = writeln!(out, "# TYPE forkfs_nbd_{name} {kind}");
-        for e in &exports {
-            if let Some((points, rollbacks)) = e.safe_points() {
-                let v = if name.starts_with("safe") { points } else { rollbacks };
-                let _ = writeln!(out, "forkfs_nbd_{name}{{export=\"{}\"}} {v}", label(&e.name));
-            }
-        }
+    let btrfs: Vec<_> =
+        exports.iter().filter_map(|e| Some((label(&e.name), e.safe_points()?))).collect();
+    family(
+        &mut out,
+        "forkfs_nbd_safe_points_total",
+        "btrfs mode: safe points persisted.",
+        "counter",
+    );
+    for (name, (points, _)) in &btrfs {
+        let _ = writeln!(out, "forkfs_nbd_safe_points_total{{export=\"{name}\"}} {points}");
+    }
+    let help = "btrfs mode: rollbacks to the last safe point.";
+    family(&mut out, "forkfs_nbd_rollbacks_total", help, "counter");
+    for (name, (_, rollbacks)) in &btrfs {
+        let _ = writeln!(out, "forkfs_nbd_rollbacks_total{{export=\"{name}\"}} {rollbacks}");
     }
     let store = src.exports.store();
     if let Some(q) = store.upload_queue() {
-        let _ = writeln!(out, "# HELP forkfs_upload_pending_bytes Bytes waiting for upload.");
-        let _ = writeln!(out, "# TYPE forkfs_upload_pending_bytes gauge");
-        let _ = writeln!(out, "forkfs_upload_pending_bytes {}", q.pending_bytes);
-        let _ = writeln!(out, "# HELP forkfs_upload_pending_objects Objects waiting for upload.");
-        let _ = writeln!(out, "# TYPE forkfs_upload_pending_objects gauge");
-        let _ = writeln!(out, "forkfs_upload_pending_objects {}", q.pending_objects);
-        let _ =
-            writeln!(out, "# HELP forkfs_upload_oldest_seconds Age of the oldest waiting object.");
-        let _ = writeln!(out, "# TYPE forkfs_upload_oldest_seconds gauge");
-        let _ = writeln!(out, "forkfs_upload_oldest_seconds {}", q.oldest_ms as f64 / 1000.0);
+        let out = &mut out;
+        gauge(out, "forkfs_upload_pending_bytes", "Bytes waiting for upload.", q.pending_bytes);
+        gauge(
+            out,
+            "forkfs_upload_pending_objects",
+            "Objects waiting for upload.",
+            q.pending_objects,
+        );
+        let oldest = q.oldest_ms as f64 / 1000.0;
+        gauge(out, "forkfs_upload_oldest_seconds", "Age of the oldest waiting object.", oldest);
     }
     if let Some(c) = store.disk_cache_stats() {
-        let _ = writeln!(out, "# HELP forkfs_disk_cache_bytes Bytes in the chunk cache.");
-        let _ = writeln!(out, "# TYPE forkfs_disk_cache_bytes gauge");
-        let _ = writeln!(out, "forkfs_disk_cache_bytes {}", c.bytes);
-        let _ = writeln!(out, "# HELP forkfs_disk_cache_limit_bytes The chunk cache's limit.");
-        let _ = writeln!(out, "# TYPE forkfs_disk_cache_limit_bytes gauge");
-        let _ = writeln!(out, "forkfs_disk_cache_limit_bytes {}", c.limit);
+        gauge(&mut out, "forkfs_disk_cache_bytes", "Bytes in the chunk cache.", c.bytes);
+        gauge(&mut out, "forkfs_disk_cache_limit_bytes", "The chunk cache's limit.", c.limit);
     }
     out
+}
+
+/// The HELP and TYPE lines of a metric family.
+fn family(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A gauge without labels: its family lines and its one sample.
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    family(out, name, help, "gauge");
+    let _ = writeln!(out, "{name} {value}");
 }
 
 /// A label value, escaped as the text format wants.
@@ -166,7 +173,11 @@ fn label(v: &str) -> String {
 /// Serves `GET /metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, src: Arc<Sources>) {
     loop {
-        let Ok((mut s, _)) = listener.accept().await else { continue };
+        let Ok((mut s, _)) = listener.accept().await else {
+            // Out of descriptors, say: try again later, without spinning.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
         let src = src.clone();
         tokio::spawn(async move {
             let head = tokio::time::timeout(HEAD_TIME, read_head(&mut s)).await;

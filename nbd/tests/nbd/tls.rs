@@ -64,6 +64,11 @@ fn issue(dir: &Path, name: &str, ca: Option<&str>, subject: &str, ext: &str) {
     }
 }
 
+/// openssl extensions of a server certificate for 127.0.0.1, and of a
+/// client certificate.
+const SERVER_EXT: &str = "[v3]\nbasicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
+const CLIENT_EXT: &str = "[v3]\nbasicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+
 /// Certificates for one test: a CA, the server's (127.0.0.1), a client's
 /// signed by the CA, a client's signed by another CA; and libnbd's
 /// `tls-certificates` directories: `good` (a signed client certificate),
@@ -79,24 +84,30 @@ impl Pki {
         let ca = "[req]\ndistinguished_name=dn\n[dn]\n[v3]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n";
         issue(&dir, "ca", None, "/CN=forkfs test CA", ca);
         issue(&dir, "other-ca", None, "/CN=someone else's CA", ca);
-        let server = "[v3]\nbasicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
-        issue(&dir, "server", Some("ca"), "/CN=127.0.0.1", server);
-        let client = "[v3]\nbasicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
-        issue(&dir, "client", Some("ca"), "/CN=allowed client", client);
-        issue(&dir, "rogue", Some("other-ca"), "/CN=rogue client", client);
+        issue(&dir, "server", Some("ca"), "/CN=127.0.0.1", SERVER_EXT);
+        issue(&dir, "client", Some("ca"), "/CN=allowed client", CLIENT_EXT);
+        issue(&dir, "rogue", Some("other-ca"), "/CN=rogue client", CLIENT_EXT);
+        let pki = Pki { dir };
         for (set, who) in [("good", Some("client")), ("rogue", Some("rogue")), ("anonymous", None)]
         {
-            let d = dir.join(set);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::copy(dir.join("ca-cert.pem"), d.join("ca-cert.pem")).unwrap();
-            if let Some(who) = who {
-                std::fs::copy(dir.join(format!("{who}-cert.pem")), d.join("client-cert.pem"))
-                    .unwrap();
-                std::fs::copy(dir.join(format!("{who}-key.pem")), d.join("client-key.pem"))
-                    .unwrap();
-            }
+            pki.client_dir(set, "ca", who);
         }
-        Pki { dir }
+        pki
+    }
+
+    /// libnbd's (and qemu's) `tls-certificates` directory `set`: the CA
+    /// `ca` to trust, and `who`'s certificate and key (none: anonymous).
+    /// Its path.
+    fn client_dir(&self, set: &str, ca: &str, who: Option<&str>) -> String {
+        let d = self.dir.join(set);
+        std::fs::create_dir_all(&d).unwrap();
+        let copy = |from: String, to: &str| std::fs::copy(self.dir.join(from), d.join(to)).unwrap();
+        copy(format!("{ca}-cert.pem"), "ca-cert.pem");
+        if let Some(who) = who {
+            copy(format!("{who}-cert.pem"), "client-cert.pem");
+            copy(format!("{who}-key.pem"), "client-key.pem");
+        }
+        d.to_str().unwrap().to_string()
     }
 
     fn path(&self, name: &str) -> String {
@@ -279,18 +290,9 @@ fn tls_settings_are_checked_at_start() {
 fn sighup_reloads_rotated_certificates_and_a_broken_reload_keeps_the_old_ones() {
     let mut srv = Server::create(&[("disk", 64 * MIB)]);
     let pki = Pki::new(srv.dir.path());
-    let server = "[v3]\nbasicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
-    issue(&pki.dir, "server2", Some("other-ca"), "/CN=127.0.0.1", server);
+    issue(&pki.dir, "server2", Some("other-ca"), "/CN=127.0.0.1", SERVER_EXT);
     // A client of the new CA (its certificate, and the new CA to trust).
-    let rotated = pki.dir.join("rotated");
-    std::fs::create_dir_all(&rotated).unwrap();
-    for (from, to) in [
-        ("other-ca-cert.pem", "ca-cert.pem"),
-        ("rogue-cert.pem", "client-cert.pem"),
-        ("rogue-key.pem", "client-key.pem"),
-    ] {
-        std::fs::copy(pki.dir.join(from), rotated.join(to)).unwrap();
-    }
+    let rotated = pki.client_dir("rotated", "other-ca", Some("rogue"));
     // The files the server reads, replaced by rename as an operator would.
     let live = srv.path("live");
     std::fs::create_dir_all(&live).unwrap();
@@ -308,7 +310,7 @@ fn sighup_reloads_rotated_certificates_and_a_broken_reload_keeps_the_old_ones() 
         args.iter().map(|a| if a.ends_with(".pem") { file(a) } else { a.to_string() }).collect();
     let addr = spawn_tcp(&mut srv, &args);
     let good = tls_uri(&addr, "disk", &pki.path("good"));
-    let new = tls_uri(&addr, "disk", rotated.to_str().unwrap());
+    let new = tls_uri(&addr, "disk", &rotated);
     assert!(info(&good).0, "{}", srv.log());
     assert!(!info(&new).0, "a client of the other CA got in");
 
@@ -390,18 +392,8 @@ fn qemu_writes_and_reads_over_tls_with_a_client_certificate() {
 fn allow_client_serves_a_volume_only_to_the_named_certificates() {
     let mut srv = Server::create(&[("disk", 64 * MIB), ("open", 64 * MIB)]);
     let pki = Pki::new(srv.dir.path());
-    let client = "[v3]\nbasicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
-    issue(&pki.dir, "client2", Some("ca"), "/CN=another client", client);
-    let other = pki.dir.join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    for (from, to) in [
-        ("ca-cert.pem", "ca-cert.pem"),
-        ("client2-cert.pem", "client-cert.pem"),
-        ("client2-key.pem", "client-key.pem"),
-    ] {
-        std::fs::copy(pki.dir.join(from), other.join(to)).unwrap();
-    }
-    let other = other.to_str().unwrap().to_string();
+    issue(&pki.dir, "client2", Some("ca"), "/CN=another client", CLIENT_EXT);
+    let other = pki.client_dir("other", "ca", Some("client2"));
     // The allowed client's fingerprint, as openssl prints it.
     let fp = Command::new("openssl")
         .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])

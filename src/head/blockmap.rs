@@ -23,7 +23,7 @@ pub struct BlockMap<'a> {
 impl BlockMap<'_> {
     /// The current content of one block; `None` is a hole (zeros).
     pub fn block(&self, idx: u64) -> Result<Option<Bytes>> {
-        match self.view.lookup(self.space, self.owner, idx, self.base)? {
+        match self.entry(idx)? {
             None => Ok(None),
             Some(Found::Data(d)) => Ok(Some(d)),
             Some(Found::Value(v)) => {
@@ -39,6 +39,12 @@ impl BlockMap<'_> {
                 Ok(Some(data))
             }
         }
+    }
+
+    /// One block as stored: its chunk id, or data not yet stored as a
+    /// chunk; `None` is a hole.
+    pub fn entry(&self, idx: u64) -> Result<Option<Found>> {
+        self.view.lookup(self.space, self.owner, idx, self.base)
     }
 
     /// Fills `buf` from byte `offset`; holes read as zeros.

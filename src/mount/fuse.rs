@@ -7,10 +7,10 @@ use forkfs::Error;
 use forkfs::Posix;
 use forkfs::fs::{Content, FileKind, Inode, NewNode, ROOT_INO, RenameMode, SetAttr, XattrMode};
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, Filesystem,
+    FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -163,11 +163,10 @@ impl Filesystem for Fuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer!(
-            reply,
-            self.ws.head().and_then(|h| h.rmdir(self.ws.own(parent.0)?, name.as_bytes())),
-            |()| reply.ok()
-        )
+        let ws = &self.ws;
+        let r =
+            ws.head().and_then(|h| h.rmdir(ws.own(parent.0)?, name.as_bytes(), &|i| ws.is_open(i)));
+        answer!(reply, r, |()| reply.ok())
     }
 
     fn symlink(
@@ -185,7 +184,7 @@ impl Filesystem for Fuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -193,11 +192,13 @@ impl Filesystem for Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+        let whiteout = flags.contains(RenameFlags::RENAME_WHITEOUT);
+        let rest = flags - RenameFlags::RENAME_WHITEOUT;
+        let mode = if rest == RenameFlags::RENAME_EXCHANGE && !whiteout {
             RenameMode::Exchange
-        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+        } else if rest == RenameFlags::RENAME_NOREPLACE {
             RenameMode::NoReplace
-        } else if flags.is_empty() {
+        } else if rest.is_empty() {
             RenameMode::Replace
         } else {
             return reply.error(Errno::EINVAL);
@@ -206,7 +207,15 @@ impl Filesystem for Fuse {
         let r = ws.head().and_then(|h| {
             let (from, to) = (ws.own(parent.0)?, ws.own(newparent.0)?);
             reserved(to, newname)?;
-            h.rename(from, name.as_bytes(), to, newname.as_bytes(), mode, &|i| ws.is_open(i))
+            let (a, b) = ((from, name.as_bytes()), (to, newname.as_bytes()));
+            if whiteout {
+                // The whiteout is the caller's, as a mknod of it would be.
+                let dir = ws.inode(from)?;
+                let (uid, gid, _) = ws.owner_in(&dir, req.uid(), req.gid(), FileKind::CharDev, 0);
+                h.rename_whiteout(a, b, mode, (uid, gid), &|i| ws.is_open(i))
+            } else {
+                h.rename(a.0, a.1, b.0, b.1, mode, &|i| ws.is_open(i))
+            }
         });
         answer!(reply, r, |()| reply.ok())
     }
@@ -293,6 +302,23 @@ impl Filesystem for Fuse {
         answer!(reply, r, |()| reply.written(data.len() as u32))
     }
 
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let r = self.ws.copy(ino_in.0, offset_in, ino_out.0, offset_out, len);
+        answer!(reply, r, |n| reply.written(n as u32))
+    }
+
     fn flush(
         &self,
         _req: &Request,
@@ -341,9 +367,22 @@ impl Filesystem for Fuse {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         answer!(reply, self.ws.stat(ino.0), |(i, _)| match i.kind {
-            FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            // Counted like an open file: a directory removed while open
+            // stays (an orphan) until this handle's releasedir.
+            FileKind::Dir => reply.opened(FileHandle(self.ws.open(ino.0)), FopenFlags::empty()),
             _ => reply.error(Errno::ENOTDIR),
         })
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        answer!(reply, self.ws.release(ino.0), |()| reply.ok())
     }
 
     fn readdir(

@@ -179,6 +179,30 @@ impl Workspace {
         }
     }
 
+    /// copy_file_range into a file of this workspace: by sharing blocks
+    /// from another file of the workspace (see `forkfs::fs` copy), as
+    /// bytes from a file of a version under `.forkfs`. Returns the bytes
+    /// copied (the caller asks again for the rest).
+    pub fn copy(
+        &self,
+        src: u64,
+        src_off: u64,
+        dst: u64,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<u64, Error> {
+        let head = self.head()?;
+        let dst = self.own(dst)?;
+        // The reply carries a 32-bit count.
+        let len = len.min(1 << 30);
+        if let Ok(src) = self.own(src) {
+            return head.copy_range(src, src_off, dst, dst_off, len);
+        }
+        let data = self.read(src, src_off, len.min(8 << 20) as u32)?;
+        head.write_file(dst, dst_off, &data)?;
+        Ok(data.len() as u64)
+    }
+
     pub fn open(&self, ino: u64) -> u64 {
         self.opens.lock().entry(ino).or_insert((0, false)).0 += 1;
         self.next_fh.fetch_add(1, Ordering::Relaxed)

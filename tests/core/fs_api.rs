@@ -95,7 +95,7 @@ fn path_diffs_see_adds_deletes_renames_and_the_dirty_head() {
     );
     assert_eq!(committed, live, "the snapshot holds exactly what the head showed");
     // rmdir of a non-empty directory is refused and changes nothing.
-    assert!(h.rmdir(ROOT_INO, b"dir").is_err());
+    assert!(h.rmdir(ROOT_INO, b"dir", &forkfs::fs::never_open).is_err());
     assert!(h.is_clean().unwrap());
     let back = paths(store.graph().diff(&Target::Version(after), &Target::Version(base)).unwrap());
     assert_eq!(back.len(), 3);

@@ -7,6 +7,7 @@ mod common;
 
 mod mount;
 mod mount_cli;
+mod mount_copy;
 mod mount_crash;
 mod mount_errno;
 mod mount_fsx;

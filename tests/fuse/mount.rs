@@ -304,6 +304,31 @@ fn open_unlinked_file_lives_until_closed_and_never_shows_in_versions() {
     assert!(fsck.status.success(), "fsck: {}", String::from_utf8_lossy(&fsck.stdout));
 }
 
+#[test]
+fn open_removed_directory_lives_until_closed_and_never_shows_in_versions() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "odir", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("other"), b"stays").unwrap();
+    ok(&store, &["snapshot", "odir", "--name", "before"]);
+    std::fs::create_dir(m.path("d")).unwrap();
+    let held = std::fs::File::open(m.path("d")).unwrap();
+    std::fs::remove_dir(m.path("d")).unwrap();
+    let md = held.metadata().expect("fstat of the removed directory through its descriptor");
+    assert!(md.is_dir());
+    assert_eq!(md.nlink(), 0);
+    held.set_permissions(std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(held.metadata().unwrap().permissions().mode() & 0o7777, 0o700);
+    ok(&store, &["snapshot", "odir", "--name", "while-open"]);
+    assert_eq!(diff(&store, "odir@before", "odir@while-open"), BTreeSet::new());
+    drop(held);
+    ok(&store, &["snapshot", "odir", "--name", "after"]);
+    assert_eq!(diff(&store, "odir@before", "odir@after"), BTreeSet::new());
+    m.unmount();
+    let fsck = crate::common::forkfs(&store, &["fsck"]);
+    assert!(fsck.status.success(), "fsck: {}", String::from_utf8_lossy(&fsck.stdout));
+}
+
 /// Every mount of a store is served by the process that holds it: forks
 /// read-write and any number of versions read-only, next to the first
 /// mount, which may end first; one writer per volume.
@@ -391,5 +416,69 @@ fn hard_link_paths_in_diffs_follow_the_remaining_name() {
         }
         let second = format!("/{case}/second");
         assert!(got.iter().any(|(_, p, _)| *p == second), "{case}: {second} missing in {got:?}");
+    }
+}
+
+/// The workspace as an overlayfs upper directory (containers): deleting
+/// and renaming lower files leaves whiteouts in the workspace, which hide
+/// them again after the overlay is mounted anew, and are versioned.
+#[test]
+fn overlayfs_uses_the_workspace_as_its_upper_directory() {
+    struct Overlay(std::path::PathBuf);
+    impl Drop for Overlay {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let mount_overlay = |lower: &Path, m: &Mounted, at: &Path| {
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.display(),
+            m.path("upper").display(),
+            m.path("work").display()
+        );
+        run(Command::new("mount").args(["-t", "overlay", "overlay", "-o", &opts]).arg(at));
+        Overlay(at.to_path_buf())
+    };
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "ovl", &["--checkpoint-every", "0"]);
+    let lower = tempfile::tempdir().unwrap();
+    for f in ["gone", "kept", "moved"] {
+        std::fs::write(lower.path().join(f), format!("lower {f}")).unwrap();
+    }
+    std::fs::create_dir(m.path("upper")).unwrap();
+    std::fs::create_dir(m.path("work")).unwrap();
+    ok(&store, &["snapshot", "ovl", "--name", "empty"]);
+    let merged = tempfile::tempdir().unwrap();
+    let o = mount_overlay(lower.path(), &m, merged.path());
+    let at = |f: &str| merged.path().join(f);
+    std::fs::remove_file(at("gone")).unwrap();
+    std::fs::rename(at("moved"), at("renamed")).unwrap();
+    std::fs::write(at("kept"), b"upper kept").unwrap();
+    std::fs::write(at("new"), b"upper new").unwrap();
+    let names = |d: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    let want: BTreeSet<String> = ["kept", "new", "renamed"].map(String::from).into();
+    assert_eq!(names(merged.path()), want);
+    drop(o);
+    // Whiteouts in the workspace: 0:0 character devices.
+    for f in ["gone", "moved"] {
+        let st = lstat(&m.path(&format!("upper/{f}")));
+        assert_eq!((st.st_mode & libc::S_IFMT, st.st_rdev), (libc::S_IFCHR, 0), "upper/{f}");
+    }
+    let o = mount_overlay(lower.path(), &m, merged.path());
+    assert_eq!(names(merged.path()), want, "after the overlay is mounted again");
+    assert_eq!(std::fs::read(at("renamed")).unwrap(), b"lower moved");
+    assert_eq!(std::fs::read(at("kept")).unwrap(), b"upper kept");
+    drop(o);
+    ok(&store, &["snapshot", "ovl", "--name", "changed"]);
+    let changed: BTreeSet<String> =
+        diff(&store, "ovl@empty", "ovl@changed").into_iter().map(|(_, p, _)| p).collect();
+    for f in ["upper/gone", "upper/moved", "upper/kept", "upper/renamed"] {
+        assert!(changed.iter().any(|p| p.trim_start_matches('/') == f), "{f} in {changed:?}");
     }
 }

@@ -98,8 +98,8 @@ fn cases() -> Vec<Case> {
     use libc::{
         AT_FDCWD, E2BIG, EBADF, EEXIST, EFBIG, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENODATA,
         ENOENT, ENOTDIR, ENOTEMPTY, EOPNOTSUPP, EPERM, ERANGE, FALLOC_FL_PUNCH_HOLE, O_DIRECTORY,
-        O_EXCL, O_NOFOLLOW, O_RDWR, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE, S_IFIFO,
-        XATTR_CREATE, XATTR_REPLACE,
+        O_EXCL, O_NOFOLLOW, O_RDWR, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT,
+        S_IFIFO, XATTR_CREATE, XATTR_REPLACE,
     };
     vec![
         ("open missing file", ENOENT, |d| open(&d.join("missing"), RO)),
@@ -313,9 +313,56 @@ fn cases() -> Vec<Case> {
             renameat2(&x.join("sub"), &y.join("f"), RENAME_EXCHANGE).unwrap();
             Ok(nlink(&x)? * 100 + nlink(&y)?)
         }),
+        // RENAME_WHITEOUT (an overlayfs upper directory): a 0:0 character
+        // device stays at the old name.
+        ("rename with RENAME_WHITEOUT: what stays", 0, |d| {
+            renameat2(&file(d, "a"), &d.join("b"), RENAME_WHITEOUT).unwrap();
+            let st = crate::common::mount::lstat(&d.join("a"));
+            let chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+            let moved = std::fs::read(d.join("b")).unwrap() == b"some data";
+            Ok(i64::from(chr) * 100 + i64::from(st.st_rdev == 0) * 10 + i64::from(moved))
+        }),
+        ("RENAME_WHITEOUT over a file: entries", 0, |d| {
+            renameat2(&file(d, "a"), &file(d, "b"), RENAME_WHITEOUT).unwrap();
+            entries(d)
+        }),
+        ("RENAME_WHITEOUT | NOREPLACE onto a name", EEXIST, |d| {
+            renameat2(&file(d, "a"), &file(d, "b"), RENAME_WHITEOUT | RENAME_NOREPLACE)
+        }),
+        ("RENAME_WHITEOUT | EXCHANGE", EINVAL, |d| {
+            renameat2(&file(d, "a"), &file(d, "b"), RENAME_WHITEOUT | RENAME_EXCHANGE)
+        }),
+        ("RENAME_WHITEOUT of a directory: kind left", 0, |d| {
+            renameat2(&dir(d, "a"), &d.join("b"), RENAME_WHITEOUT).unwrap();
+            Ok(i64::from(crate::common::mount::lstat(&d.join("a")).st_mode & libc::S_IFMT))
+        }),
         ("fstat of an unlinked open file: nlink", 0, |d| {
             let fd = fd_of(&file(d, "a"), O_RDWR);
             unlink(&d.join("a")).unwrap();
+            let n = fstat(fd).st_nlink as i64;
+            unsafe { libc::close(fd) };
+            Ok(n)
+        }),
+        // An open directory outlives its name, as an open file does.
+        ("fstat of a removed open directory: nlink", 0, |d| {
+            let fd = fd_of(&dir(d, "a"), RO | O_DIRECTORY);
+            rmdir(&d.join("a")).unwrap();
+            let st = fstat(fd);
+            unsafe { libc::close(fd) };
+            Ok(st.st_nlink as i64 * 10 + i64::from(st.st_mode & libc::S_IFMT == libc::S_IFDIR))
+        }),
+        ("fchmod a removed open directory: mode", 0, |d| {
+            let fd = fd_of(&dir(d, "a"), RO | O_DIRECTORY);
+            rmdir(&d.join("a")).unwrap();
+            check(unsafe { libc::fchmod(fd, 0o700) } as i64).unwrap();
+            let mode = fstat(fd).st_mode & 0o7777;
+            unsafe { libc::close(fd) };
+            Ok(mode as i64)
+        }),
+        ("fstat of an open directory renamed over: nlink", 0, |d| {
+            let fd = fd_of(&dir(d, "a"), RO | O_DIRECTORY);
+            dir(d, "b");
+            rename(&d.join("b"), &d.join("a")).unwrap();
             let n = fstat(fd).st_nlink as i64;
             unsafe { libc::close(fd) };
             Ok(n)

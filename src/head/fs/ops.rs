@@ -100,55 +100,7 @@ impl FsHead {
     /// Creates `name` in `dir` as described by `node`.
     pub fn make(&self, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result<Inode> {
         check_name(name)?;
-        let (content, size, nlink) = match node.kind {
-            FileKind::Dir => (Content::Entries(None), 0, 2),
-            FileKind::File => (Content::Inline(Bytes::new()), 0, 1),
-            FileKind::Symlink => {
-                let t = node.target.ok_or_else(|| Error::invalid("a symlink needs a target"))?;
-                if t.is_empty() || t.len() > 4095 {
-                    let why = "symlink target must be 1-4095 bytes";
-                    return Err(Error::posix(Posix::NameTooLong, why));
-                }
-                (Content::Target(Bytes::copy_from_slice(t)), t.len() as u64, 1)
-            }
-            _ => (Content::None, 0, 1),
-        };
-        self.txn(|t| {
-            let mut parent = t.dir(dir)?;
-            if t.find(dir, name)?.is_some() {
-                return Err(Error::posix(Posix::Exists, format!("{} exists", name_of(name))));
-            }
-            let meta = t.meta()?;
-            let ino = meta.next_ino;
-            meta.next_ino += 1;
-            let inode = Inode {
-                ino,
-                kind: node.kind,
-                perm: node.perm & 0o7777,
-                uid: node.uid,
-                gid: node.gid,
-                nlink,
-                size,
-                rdev: node.rdev,
-                atime: t.now,
-                mtime: t.now,
-                ctime: t.now,
-                crtime: t.now,
-                parent: dir,
-                name: Bytes::copy_from_slice(name),
-                content,
-                xattrs: Vec::new(),
-                links: Vec::new(),
-            };
-            t.add_entry(dir, name, ino, node.kind)?;
-            (parent.mtime, parent.ctime) = (t.now, t.now);
-            if node.kind == FileKind::Dir {
-                parent.nlink += 1;
-            }
-            t.put(parent);
-            t.put(inode.clone());
-            Ok(inode)
-        })
+        self.txn(|t| make_in(t, dir, name, node))
     }
 
     /// Writes file bytes at `offset`, growing the file as needed.
@@ -283,9 +235,10 @@ impl FsHead {
         self.remove(dir, name, false, open)
     }
 
-    /// Removes an empty directory.
-    pub fn rmdir(&self, dir: u64, name: &[u8]) -> Result<()> {
-        self.remove(dir, name, true, &never_open)
+    /// Removes an empty directory (`open` as for [`Self::unlink`]: one
+    /// still open stays, an orphan, until its last close).
+    pub fn rmdir(&self, dir: u64, name: &[u8], open: &dyn Fn(u64) -> bool) -> Result<()> {
+        self.remove(dir, name, true, open)
     }
 
     fn remove(
@@ -378,6 +331,41 @@ impl FsHead {
         self.txn(|t| super::rename::rename(t, (dir, name), (new_dir, new_name), mode, open))
     }
 
+    /// rename(2) with RENAME_WHITEOUT: the rename (`mode` Replace or
+    /// NoReplace) and, at the old name, a whiteout (a character device
+    /// 0:0 owned by `owner`, as overlayfs expects of its upper directory),
+    /// in one transaction.
+    pub fn rename_whiteout(
+        &self,
+        (dir, name): (u64, &[u8]),
+        (new_dir, new_name): (u64, &[u8]),
+        mode: RenameMode,
+        owner: (u32, u32),
+        open: &dyn Fn(u64) -> bool,
+    ) -> Result<()> {
+        check_name(name)?;
+        check_name(new_name)?;
+        if mode == RenameMode::Exchange {
+            return Err(Error::posix(Posix::Invalid, "RENAME_WHITEOUT with RENAME_EXCHANGE"));
+        }
+        self.txn(|t| {
+            super::rename::rename(t, (dir, name), (new_dir, new_name), mode, open)?;
+            // Renamed onto another name of itself: nothing moved.
+            if t.find(dir, name)?.is_none() {
+                let node = NewNode {
+                    kind: FileKind::CharDev,
+                    perm: 0,
+                    uid: owner.0,
+                    gid: owner.1,
+                    target: None,
+                    rdev: 0,
+                };
+                make_in(t, dir, name, &node)?;
+            }
+            Ok(())
+        })
+    }
+
     /// A process closed its last handle on `ino`: an orphan (unlinked
     /// while open) is deleted now.
     pub fn release(&self, ino: u64) -> Result<()> {
@@ -401,6 +389,57 @@ impl FsHead {
             Ok(orphans.len())
         })
     }
+}
+
+/// Creates `name` in `dir` as described by `node`, inside `t`.
+fn make_in(t: &mut Txn<'_>, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result<Inode> {
+    let (content, size, nlink) = match node.kind {
+        FileKind::Dir => (Content::Entries(None), 0, 2),
+        FileKind::File => (Content::Inline(Bytes::new()), 0, 1),
+        FileKind::Symlink => {
+            let t = node.target.ok_or_else(|| Error::invalid("a symlink needs a target"))?;
+            if t.is_empty() || t.len() > 4095 {
+                let why = "symlink target must be 1-4095 bytes";
+                return Err(Error::posix(Posix::NameTooLong, why));
+            }
+            (Content::Target(Bytes::copy_from_slice(t)), t.len() as u64, 1)
+        }
+        _ => (Content::None, 0, 1),
+    };
+    let mut parent = t.dir(dir)?;
+    if t.find(dir, name)?.is_some() {
+        return Err(Error::posix(Posix::Exists, format!("{} exists", name_of(name))));
+    }
+    let meta = t.meta()?;
+    let ino = meta.next_ino;
+    meta.next_ino += 1;
+    let inode = Inode {
+        ino,
+        kind: node.kind,
+        perm: node.perm & 0o7777,
+        uid: node.uid,
+        gid: node.gid,
+        nlink,
+        size,
+        rdev: node.rdev,
+        atime: t.now,
+        mtime: t.now,
+        ctime: t.now,
+        crtime: t.now,
+        parent: dir,
+        name: Bytes::copy_from_slice(name),
+        content,
+        xattrs: Vec::new(),
+        links: Vec::new(),
+    };
+    t.add_entry(dir, name, ino, node.kind)?;
+    (parent.mtime, parent.ctime) = (t.now, t.now);
+    if node.kind == FileKind::Dir {
+        parent.nlink += 1;
+    }
+    t.put(parent);
+    t.put(inode.clone());
+    Ok(inode)
 }
 
 /// A regular file (EISDIR for a directory, EINVAL for anything else).

@@ -146,7 +146,10 @@ impl<'a> Txn<'a> {
         inode.ctime = self.now;
         if inode.nlink > 0 {
             self.put(inode);
-        } else if !dir && open(inode.ino) {
+        } else if open(inode.ino) {
+            // Unlinked while open (a file, or a directory someone holds
+            // open): it lives on as an orphan until its last close, so the
+            // holder's fstat, fchmod and reads keep working, as on ext4.
             self.meta()?.orphans.push(inode.ino);
             self.put(inode);
         } else {

@@ -3,7 +3,7 @@
 //! both a block volume (one map) and the files of an fs volume (a map each).
 
 use super::overlay::{Dirty, Space};
-use super::{Found, View, is_zero};
+use super::{Found, Part, View, is_zero};
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
 use crate::map::{Map, MapRoot};
@@ -23,7 +23,12 @@ pub struct BlockMap<'a> {
 impl BlockMap<'_> {
     /// The current content of one block; `None` is a hole (zeros).
     pub fn block(&self, idx: u64) -> Result<Option<Bytes>> {
-        match self.entry(idx)? {
+        self.resolve(idx, self.entry(idx)?)
+    }
+
+    /// A block's content from its entry (chunk ids are fetched).
+    fn resolve(&self, idx: u64, entry: Option<Found>) -> Result<Option<Bytes>> {
+        match entry {
             None => Ok(None),
             Some(Found::Data(d)) => Ok(Some(d)),
             Some(Found::Value(v)) => {
@@ -56,7 +61,16 @@ impl BlockMap<'_> {
             let (idx, within) = (pos / bs, (pos % bs) as usize);
             let n = ((bs as usize) - within).min(buf.len() - done);
             let out = &mut buf[done..done + n];
-            match self.block(idx)? {
+            // Bytes this process logged are read straight into `out`.
+            let at = (self.space, self.owner, idx, self.base);
+            let entry = match self.view.lookup_part(at.0, at.1, at.2, at.3, (within as u64, out))? {
+                Part::Filled => {
+                    done += n;
+                    continue;
+                }
+                Part::Found(f) => f,
+            };
+            match self.resolve(idx, entry)? {
                 Some(data) => out.copy_from_slice(&data[within..within + n]),
                 None => out.fill(0),
             }

@@ -120,6 +120,22 @@ struct VolumeLog {
     ours: BTreeSet<u64>,
 }
 
+/// An open segment to read from.
+enum SegFile {
+    Current(Arc<Segment>),
+    Reader(Arc<File>),
+}
+
+impl std::ops::Deref for SegFile {
+    type Target = File;
+    fn deref(&self) -> &File {
+        match self {
+            SegFile::Current(s) => &s.file,
+            SegFile::Reader(f) => f,
+        }
+    }
+}
+
 pub struct DataLog {
     dir: PathBuf,
     volumes: Mutex<HashMap<VolumeId, VolumeLog>>,
@@ -239,42 +255,70 @@ impl DataLog {
         }
     }
 
-    fn read_inner(&self, vol: VolumeId, r: &LogRef) -> Result<(Read, bool)> {
-        let ours;
-        let file = {
-            let mut vols = self.volumes.lock();
-            let v = vols.entry(vol).or_default();
-            ours = v.ours.contains(&r.seq);
-            match &v.current {
-                Some(s) if s.seq == r.seq => None,
-                _ => Some(match v.readers.get(&r.seq) {
-                    Some(f) => f.clone(),
-                    None => match File::open(seg_path(&self.dir, vol, r.seq)) {
-                        Ok(f) => {
-                            let f = Arc::new(f);
-                            v.readers.insert(r.seq, f.clone());
-                            f
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                            return Ok((
-                                Read::Lost(format!("data log segment {} is missing", r.seq)),
-                                ours,
-                            ));
-                        }
-                        Err(e) => {
-                            let what = format!("opening data log segment {}", r.seq);
-                            return Err(Error::from(e).context(what));
-                        }
-                    },
-                }),
+    /// The open file of segment `seq`, and whether this process wrote it;
+    /// `Err(why)` inside `Ok` when the segment is missing.
+    fn segment(
+        &self,
+        vol: VolumeId,
+        seq: u64,
+    ) -> Result<(std::result::Result<SegFile, String>, bool)> {
+        let mut vols = self.volumes.lock();
+        let v = vols.entry(vol).or_default();
+        let ours = v.ours.contains(&seq);
+        // The segment appended to is read through its own descriptor (its
+        // directory entry may be gone: the store directory removed).
+        if let Some(c) = v.current.as_ref().filter(|c| c.seq == seq) {
+            return Ok((Ok(SegFile::Current(c.clone())), ours));
+        }
+        if let Some(f) = v.readers.get(&seq) {
+            return Ok((Ok(SegFile::Reader(f.clone())), ours));
+        }
+        let file = match File::open(seg_path(&self.dir, vol, seq)) {
+            Ok(f) => Arc::new(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((Err(format!("data log segment {seq} is missing")), ours));
+            }
+            Err(e) => {
+                return Err(Error::from(e).context(format!("opening data log segment {seq}")));
             }
         };
-        let mut buf = vec![0u8; r.len as usize];
-        let res = match &file {
-            Some(f) => f.read_exact_at(&mut buf, r.offset),
-            None => self.current(vol)?.file.read_exact_at(&mut buf, r.offset),
+        v.readers.insert(seq, file.clone());
+        Ok((Ok(SegFile::Reader(file)), ours))
+    }
+
+    /// Reads `out.len()` bytes at `within` of one block's logged data
+    /// straight into `out`, unverified, if this process wrote its segment
+    /// (so no crash came between the write and now): `Ok(false)` otherwise,
+    /// or when the bytes are not all there, and the caller reads the whole
+    /// block with [`DataLog::read`], which verifies its CRC. So a read of
+    /// data this process wrote copies only its own bytes once, and data a
+    /// crash may have lost is always checked; the checkpoint that stores a
+    /// block still reads it whole and checks it.
+    pub fn read_part(
+        &self,
+        vol: VolumeId,
+        r: &LogRef,
+        within: u64,
+        out: &mut [u8],
+    ) -> Result<bool> {
+        if within + out.len() as u64 > u64::from(r.len) {
+            return Ok(false);
+        }
+        let (Ok(file), true) = self.segment(vol, r.seq)? else { return Ok(false) };
+        match file.read_exact_at(out, r.offset + within) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(Error::from(e).context(format!("reading data log segment {}", r.seq))),
+        }
+    }
+
+    fn read_inner(&self, vol: VolumeId, r: &LogRef) -> Result<(Read, bool)> {
+        let (file, ours) = match self.segment(vol, r.seq)? {
+            (Ok(f), ours) => (f, ours),
+            (Err(why), ours) => return Ok((Read::Lost(why), ours)),
         };
-        match res {
+        let mut buf = vec![0u8; r.len as usize];
+        match file.read_exact_at(&mut buf, r.offset) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 let why = format!(

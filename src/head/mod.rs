@@ -216,6 +216,29 @@ impl<'a> View<'a> {
             View::Frozen(c) => Ok(Map::new(*c).get(base, key)?.map(Found::Value)),
         }
     }
+
+    /// [`View::lookup`] that may read logged bytes straight into `part`'s
+    /// buffer (see [`Head::lookup_part`]).
+    pub(crate) fn lookup_part(
+        &self,
+        space: Space,
+        owner: u64,
+        key: u64,
+        base: MapRoot,
+        part: (u64, &mut [u8]),
+    ) -> Result<Part> {
+        match self {
+            View::Live(h) => h.lookup_part(space, owner, key, base, Some(part)),
+            View::Frozen(_) => Ok(Part::Found(self.lookup(space, owner, key, base)?)),
+        }
+    }
+}
+
+/// What [`Head::lookup_part`] did: found the entry, or read the bytes
+/// asked for straight into the caller's buffer.
+pub(crate) enum Part {
+    Found(Option<Found>),
+    Filled,
 }
 
 /// A value found in the layered (overlay over base) view of a map.
@@ -346,18 +369,48 @@ impl Head {
         key: u64,
         base: MapRoot,
     ) -> Result<Option<Found>> {
+        match self.lookup_part(space, owner, key, base, None)? {
+            Part::Found(f) => Ok(f),
+            Part::Filled => Err(Error::corrupt("a whole-block lookup was answered in part")),
+        }
+    }
+
+    /// [`Head::lookup`], except that with `part` (an offset in the block
+    /// and a buffer) data this process logged is read straight into the
+    /// buffer ([`DataLog::read_part`]): a small read of a large block
+    /// reads, copies and checks only its own bytes.
+    pub(crate) fn lookup_part(
+        &self,
+        space: Space,
+        owner: u64,
+        key: u64,
+        base: MapRoot,
+        mut part: Option<(u64, &mut [u8])>,
+    ) -> Result<Part> {
+        let mut in_part = |r: &LogRef| -> Result<bool> {
+            match part.as_mut() {
+                Some((within, out)) => self.storage.log.read_part(self.record.id, r, *within, out),
+                None => Ok(false),
+            }
+        };
+        let found = |f: Option<Found>| Ok(Part::Found(f));
         let block = self.block.as_ref().filter(|_| space == Space::Root);
         if let Some(b) = block {
             match b.pending_lookup(key) {
                 block::PendingLookup::Absent => {}
                 block::PendingLookup::Zero | block::PendingLookup::Entry(Dirty::Delete) => {
-                    return Ok(None);
+                    return found(None);
                 }
-                block::PendingLookup::Entry(Dirty::Value(v)) => return Ok(Some(Found::Value(v))),
+                block::PendingLookup::Entry(Dirty::Value(v)) => {
+                    return found(Some(Found::Value(v)));
+                }
                 // Written by this process since the seal: lost data is damage.
                 block::PendingLookup::Entry(Dirty::Logged(r) | Dirty::Over(r, _)) => {
+                    if in_part(&r)? {
+                        return Ok(Part::Filled);
+                    }
                     return match self.storage.log.read(self.record.id, &r)? {
-                        Read::Data(d) => Ok(Some(Found::Data(d))),
+                        Read::Data(d) => found(Some(Found::Data(d))),
                         Read::Lost(why) => Err(Error::corrupt(format!(
                             "volume {}: a write of this process is lost: {why}",
                             self.record.name
@@ -367,20 +420,23 @@ impl Head {
             }
         }
         match self.overlay().get(space, owner, key)? {
-            Some(Dirty::Delete) => Ok(None),
-            Some(Dirty::Value(v)) => Ok(Some(Found::Value(v))),
+            Some(Dirty::Delete) => found(None),
+            Some(Dirty::Value(v)) => found(Some(Found::Value(v))),
+            Some(Dirty::Logged(r)) if in_part(&r)? => Ok(Part::Filled),
             Some(Dirty::Logged(r)) => match self.read_logged(&r)? {
-                Some(d) => Ok(Some(Found::Data(d))),
-                None => Ok(self.map().get(base, key)?.map(Found::Value)),
+                Some(d) => found(Some(Found::Data(d))),
+                None => found(self.map().get(base, key)?.map(Found::Value)),
             },
+            // Logged by this process: there, whatever came before it.
+            Some(Dirty::Over(r, _)) if in_part(&r)? => Ok(Part::Filled),
             Some(Dirty::Over(r, prior)) => match self.read_over(&r, &prior)? {
-                Logged::Data(d) => Ok(Some(Found::Data(d))),
-                Logged::Hole => Ok(None),
-                Logged::Value(v) => Ok(Some(Found::Value(v))),
-                Logged::Base => Ok(self.map().get(base, key)?.map(Found::Value)),
+                Logged::Data(d) => found(Some(Found::Data(d))),
+                Logged::Hole => found(None),
+                Logged::Value(v) => found(Some(Found::Value(v))),
+                Logged::Base => found(self.map().get(base, key)?.map(Found::Value)),
             },
-            None if block.is_some_and(|b| b.in_zeroed(key)) => Ok(None),
-            None => Ok(self.map().get(base, key)?.map(Found::Value)),
+            None if block.is_some_and(|b| b.in_zeroed(key)) => found(None),
+            None => found(self.map().get(base, key)?.map(Found::Value)),
         }
     }
 

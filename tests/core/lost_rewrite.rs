@@ -27,6 +27,18 @@ fn newest_segment(store: &Path) -> PathBuf {
 /// block 0; power loss takes every unflushed byte of the data log but
 /// RocksDB keeps the entries. Returns block 0's first 8 KiB afterwards.
 fn lose_the_rewrite(first: &[(u64, u8)], then: &[(u64, u8)]) -> forkfs::Result<Vec<u8>> {
+    lose(first, then, Loss::Cut)
+}
+
+/// How power loss left the unflushed end of the segment.
+enum Loss {
+    /// Cut off (the file is as long as its durable part).
+    Cut,
+    /// As long as written, its bytes zeros (blocks allocated, data lost).
+    Zeroed,
+}
+
+fn lose(first: &[(u64, u8)], then: &[(u64, u8)], loss: Loss) -> forkfs::Result<Vec<u8>> {
     let dir = tempfile::tempdir().unwrap();
     Store::init(dir.path(), StoreConfig::default())
         .unwrap()
@@ -49,7 +61,14 @@ fn lose_the_rewrite(first: &[(u64, u8)], then: &[(u64, u8)]) -> forkfs::Result<V
     };
     let seg = std::fs::OpenOptions::new().write(true).open(newest_segment(dir.path())).unwrap();
     assert!(seg.metadata().unwrap().len() > durable, "the rewrite went to the data log");
-    seg.set_len(durable).unwrap();
+    match loss {
+        Loss::Cut => seg.set_len(durable).unwrap(),
+        Loss::Zeroed => {
+            let len = seg.metadata().unwrap().len();
+            let zeros = vec![0u8; (len - durable) as usize];
+            std::os::unix::fs::FileExt::write_all_at(&seg, &zeros, durable).unwrap();
+        }
+    }
     let store = Store::open(dir.path()).unwrap();
     let head = store.volumes().open_block("v").unwrap();
     let mut buf = vec![0u8; 8192];
@@ -81,4 +100,14 @@ fn more_lost_rewrites_than_the_chain_keeps_are_an_error_not_old_content() {
         Err(e) => assert!(e.to_string().contains("unknown"), "{e}"),
         Ok(got) => panic!("read {} {}: older content guessed", got[0], got[4096]),
     }
+}
+
+/// Small reads of a block read only their own bytes from the data log when
+/// this process wrote them; after a restart they must still verify the
+/// whole block, or zeros a power cut left would read as data.
+#[test]
+fn a_rewrite_lost_as_zeros_falls_back_too() {
+    let got = lose(&[(0, 181)], &[(4096, 99), (0, 55)], Loss::Zeroed).expect("the block reads");
+    assert!(got[..4096].iter().all(|b| *b == 181), "lost zeros read as data: {}", got[0]);
+    assert!(got[4096..].iter().all(|b| *b == 0), "the lost write came back");
 }

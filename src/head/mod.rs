@@ -378,7 +378,8 @@ impl Head {
     /// [`Head::lookup`], except that with `part` (an offset in the block
     /// and a buffer) data this process logged is read straight into the
     /// buffer ([`DataLog::read_part`]): a small read of a large block
-    /// reads, copies and checks only its own bytes.
+    /// reads and copies only its own bytes, once (unchecked: no crash came
+    /// between that write and now; everything else is read as before).
     pub(crate) fn lookup_part(
         &self,
         space: Space,

@@ -13,8 +13,8 @@
 //! into the new root in the same commit.
 
 use super::FsHead;
-use super::inode::{Content, FileKind, Inode};
-use super::ops::FILE_MAX;
+use super::inode::Content;
+use super::ops::{FILE_MAX, regular};
 use crate::error::{Error, Posix, Result};
 use crate::head::Found;
 use crate::head::is_zero;
@@ -123,17 +123,5 @@ impl FsHead {
             t.put(to);
             Ok(n * bs)
         })
-    }
-}
-
-fn regular(inode: Inode) -> Result<Inode> {
-    match inode.kind {
-        FileKind::File => Ok(inode),
-        FileKind::Dir => {
-            Err(Error::posix(Posix::IsDir, format!("inode {} is a directory", inode.ino)))
-        }
-        _ => {
-            Err(Error::posix(Posix::Invalid, format!("inode {} is not a regular file", inode.ino)))
-        }
     }
 }

@@ -444,7 +444,13 @@ fn make_in(t: &mut Txn<'_>, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result
 
 /// A regular file (EISDIR for a directory, EINVAL for anything else).
 fn file(t: &mut Txn<'_>, ino: u64) -> Result<Inode> {
-    let inode = t.inode(ino)?;
+    regular(t.inode(ino)?)
+}
+
+/// `inode` if it is a regular file (EISDIR for a directory, EINVAL for
+/// anything else).
+pub(super) fn regular(inode: Inode) -> Result<Inode> {
+    let ino = inode.ino;
     match inode.kind {
         FileKind::File => Ok(inode),
         FileKind::Dir => Err(Error::posix(Posix::IsDir, format!("inode {ino} is a directory"))),

@@ -261,7 +261,6 @@ impl Export {
         }
     }
 
-    /// Logs safe-point metrics (deferred exports).
     /// In btrfs mode: the safe points persisted and the rollbacks so far.
     pub fn safe_points(&self) -> Option<(u64, u64)> {
         let p = self.persist.as_ref().filter(|p| p.deferred())?;
@@ -269,6 +268,7 @@ impl Export {
         Some((s.safe_points.load(Ordering::Relaxed), s.rollbacks.load(Ordering::Relaxed)))
     }
 
+    /// Logs safe-point metrics (deferred exports).
     pub fn report(&self, per: Duration) {
         if let Some(p) = &self.persist {
             p.report(per, &self.reported);

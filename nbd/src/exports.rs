@@ -49,16 +49,26 @@ impl Exports {
     }
 
     /// Serves each volume of `rules` (volume, identity) only to clients
-    /// whose certificate names one of its identities.
-    pub fn with_clients(mut self, rules: Vec<(String, String)>) -> Exports {
+    /// whose certificate names one of its identities. A rule that names
+    /// no block volume of the store is refused: a mistyped name would
+    /// leave the volume it meant open to every client.
+    pub fn with_clients(mut self, rules: Vec<(String, String)>) -> forkfs::Result<Exports> {
+        let vols = self.store.volumes().list()?;
+        for (v, _) in &rules {
+            if !vols.iter().any(|r| r.name.as_str() == v && r.kind == VolumeKind::Block) {
+                return Err(forkfs::Error::invalid(format!(
+                    "--allow-client {v}=…: the store has no block volume {v:?}"
+                )));
+            }
+        }
         self.clients = rules;
-        self
+        Ok(self)
     }
 
     /// Whether the client `who` (its certificate's identity; `None`: no
     /// certificate) may use export `name` (VOL or VOL@VERSION); else why not.
     pub fn client_may(&self, name: &str, who: Option<&str>) -> Result<(), String> {
-        let vol = name.split('@').next().unwrap_or(name);
+        let vol = volume_of(name);
         let mut rules = self.clients.iter().filter(|(v, _)| v == vol).peekable();
         if rules.peek().is_none() {
             return Ok(());
@@ -79,7 +89,7 @@ impl Exports {
     }
 
     fn allowed(&self, name: &str) -> bool {
-        let vol = name.split('@').next().unwrap_or(name);
+        let vol = volume_of(name);
         self.only.is_empty() || self.only.iter().any(|o| o == name || o == vol)
     }
 
@@ -146,6 +156,11 @@ impl Exports {
     pub fn versions_held(&self) -> usize {
         self.versions.len()
     }
+}
+
+/// The volume an export name (VOL or VOL@VERSION) is of.
+fn volume_of(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(v, _)| v)
 }
 
 #[cfg(test)]

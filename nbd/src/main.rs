@@ -174,7 +174,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 fn parse_rule(s: &str) -> Result<(String, String), String> {
     let bad = || format!("{s:?} is not VOL=FINGERPRINT (a SHA-256 fingerprint)");
     let (vol, fp) = s.split_once('=').filter(|(v, _)| !v.is_empty()).ok_or_else(bad)?;
-    let fp = fp.rsplit('=').next().unwrap_or(fp).to_ascii_lowercase();
+    let fp = fp.rsplit_once('=').map_or(fp, |(_, f)| f).to_ascii_lowercase();
     let hex: String = fp.trim_start_matches("sha256:").chars().filter(|c| *c != ':').collect();
     if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(bad());
@@ -242,7 +242,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let files = tls::TlsFiles { cert: tls_cert, key: tls_key, client_ca: tls_client_ca };
     let tls = files.load().map_err(|e| forkfs::Error::invalid(format!("{e:#}")))?;
-    let tls_files = files;
     let authenticated = tls.as_ref().is_some_and(|t| t.verifies_clients);
     if !allow_client.is_empty() && !authenticated {
         return Err(forkfs::Error::invalid(
@@ -251,14 +250,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .into());
     }
     if let Some(addr) = &listen {
-        listen::check(addr, insecure_listen || authenticated)?;
+        listen::check(addr, insecure_listen || authenticated, listen::Listener::Nbd)?;
     }
     if let Some(addr) = &metrics {
-        listen::check(addr, insecure_listen)?;
+        listen::check(addr, insecure_listen, listen::Listener::Metrics)?;
     }
     for l in &inherited {
         if let systemd::Inherited::Tcp(t) = l {
-            listen::check(&t.local_addr()?.to_string(), insecure_listen || authenticated)?;
+            let a = t.local_addr()?.to_string();
+            listen::check(&a, insecure_listen || authenticated, listen::Listener::Nbd)?;
         }
     }
     let limits = limits::Limits::new(
@@ -275,7 +275,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
     let _control = forkfs::service::serve(store.clone(), Default::default())?;
     let exports = Arc::new(
-        exports::Exports::new(store, export.clone(), consistency).with_clients(allow_client),
+        exports::Exports::new(store, export.clone(), consistency).with_clients(allow_client)?,
     );
     for name in &export {
         exports.open(name).with_context(|| format!("export {name}"))?;
@@ -295,7 +295,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         checkpoint_every: checkpoint_every.max(Duration::from_millis(10)),
         client_by,
         tls: Arc::new(parking_lot::RwLock::new(tls)),
-        tls_files,
+        tls_files: files,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -47,7 +47,9 @@ impl Histogram {
             cumulative += n.load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cumulative}");
         }
-        let count = self.count.load(Ordering::Relaxed);
+        // Read after the buckets: a request observed meanwhile must not
+        // leave +Inf (which is the count) below the last bucket.
+        let count = self.count.load(Ordering::Relaxed).max(cumulative);
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
         let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
@@ -196,8 +198,12 @@ pub async fn serve(listener: TcpListener, src: Arc<Sources>) {
                 }
                 _ => return,
             };
-            let _ = s.write_all(reply.as_bytes()).await;
-            let _ = s.shutdown().await;
+            // A scraper that does not read gives up its descriptor.
+            let _ = tokio::time::timeout(HEAD_TIME, async {
+                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
         });
     }
 }

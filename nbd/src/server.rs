@@ -97,8 +97,7 @@ where
         Outcome::StartTls => {
             let tls = tls.ok_or_else(|| invalid("STARTTLS without TLS"))?;
             let mut t = tls.acceptor.accept(s).await?;
-            let client =
-                t.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(identity);
+            let client = t.get_ref().1.peer_certificates().and_then(|c| c.first()).map(identity);
             let on = TlsState { required: true, active: true, client };
             match options(&mut t, exports, max_request, no_zeroes, on).await? {
                 Outcome::Attach(n) => Ok(Some(Attached::Tls(Box::new(t), n))),
@@ -112,11 +111,14 @@ where
 /// A client certificate's identity: its SHA-256 fingerprint
 /// (`sha256:` and 64 hex digits), what `openssl x509 -fingerprint -sha256`
 /// prints, without parsing the certificate.
-fn identity(cert: &tokio_rustls::rustls::pki_types::CertificateDer<'_>) -> Option<String> {
+fn identity(cert: &tokio_rustls::rustls::pki_types::CertificateDer<'_>) -> String {
     use sha2::Digest;
+    use std::fmt::Write;
     let digest = sha2::Sha256::digest(cert.as_ref());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    Some(format!("sha256:{hex}"))
+    digest.iter().fold(String::from("sha256:"), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// One admitted connection: the handshake (bounded by the handshake
@@ -235,6 +237,24 @@ pub async fn run(
     mut cfg: ServerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // Set up before anything listens or READY=1 is sent: a reload
+    // (SIGHUP) right after must find its handler, and a metrics address
+    // that cannot be bound fails the start, not a server already serving.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let admission = Arc::new(Admission::new(cfg.session.limits.max_connections));
+    let _metrics = match &cfg.metrics {
+        Some(a) => {
+            let l = TcpListener::bind(a).await.with_context(|| format!("cannot listen on {a}"))?;
+            tracing::info!(addr = %l.local_addr()?, "metrics (GET /metrics)");
+            let src = Arc::new(metrics::Sources {
+                exports: exports.clone(),
+                admission: admission.clone(),
+            });
+            Some(AbortOnDrop(tokio::spawn(metrics::serve(l, src))))
+        }
+        None => None,
+    };
     let (mut tcp, mut unix) = (None, None);
     for l in std::mem::take(&mut cfg.inherited) {
         let two =
@@ -274,27 +294,12 @@ pub async fn run(
         tracing::info!(path = path.unwrap_or_default(), "listening (unix)");
     }
     systemd::ready();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let admission = Arc::new(Admission::new(cfg.session.limits.max_connections));
-    let _metrics = match &cfg.metrics {
-        Some(a) => {
-            let l = TcpListener::bind(a).await.with_context(|| format!("cannot listen on {a}"))?;
-            tracing::info!(addr = %l.local_addr()?, "metrics (GET /metrics)");
-            let src = Arc::new(metrics::Sources {
-                exports: exports.clone(),
-                admission: admission.clone(),
-            });
-            Some(AbortOnDrop(tokio::spawn(metrics::serve(l, src))))
-        }
-        None => None,
-    };
     let mut conns = tokio::task::JoinSet::new();
     let mut timer = tokio::time::interval(cfg.checkpoint_every);
     timer.tick().await;
     // Without clients since (with --exit-when-idle).
     let mut idle = tokio::time::interval(Duration::from_millis(250));
     let mut idle_since = tokio::time::Instant::now();
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

@@ -133,7 +133,6 @@ impl Lease {
         Ok(())
     }
 
-    /// Fails once another host has taken the lease.
     /// Whether, by this host's clock, the lease has not expired since its
     /// last renewal (renewals that cannot reach the bucket let it run out).
     pub fn unexpired(&self) -> bool {
@@ -153,6 +152,7 @@ impl Lease {
         self.reconciled.load(Ordering::SeqCst)
     }
 
+    /// Fails once another host has taken the lease.
     pub fn check(&self) -> Result<()> {
         if self.shared.lost.load(Ordering::SeqCst) {
             return Err(Error::conflict(format!(

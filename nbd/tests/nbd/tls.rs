@@ -429,6 +429,25 @@ fn allow_client_serves_a_volume_only_to_the_named_certificates() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    // A rule that names no block volume (a typo, or a version) would leave
+    // the volume meant open to every client: refused at start.
+    for typo in ["dsik", "disk@v1"] {
+        let mut args = pki.server_args(true);
+        args.extend(["--allow-client".to_string(), format!("{typo}={fp}")]);
+        // Bounded: a server that starts anyway fails the test (124), not hangs.
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(&srv.bin)
+            .arg("--store")
+            .arg(&srv.store)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{typo}: {err}");
+        assert!(err.contains("no block volume"), "{typo}: {err}");
+    }
     // The negative control: without the rule the same client gets disk.
     let addr = spawn_tcp(&mut srv, &pki.server_args(true));
     assert!(info(&tls_uri(&addr, "disk", &other)).0, "refused even without a rule");

@@ -75,6 +75,8 @@ pub enum Posix {
     Invalid,
     /// EPERM
     NotPermitted,
+    /// EACCES
+    Denied,
     /// ENODATA (no such extended attribute)
     NoAttr,
     /// E2BIG (attribute value too large)

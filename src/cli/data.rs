@@ -219,6 +219,7 @@ fn import_dir(head: &FsHead, dir: u64, src: &Path, copied: &mut u64) -> anyhow::
                 gid: owner.1,
                 target: None,
                 rdev,
+                umask: 0,
             };
             head.make(dir, &name, &node)?
         };

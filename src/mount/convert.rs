@@ -17,6 +17,7 @@ pub fn errno(e: &Error) -> Errno {
             Posix::NameTooLong => libc::ENAMETOOLONG,
             Posix::Invalid => libc::EINVAL,
             Posix::NotPermitted => libc::EPERM,
+            Posix::Denied => libc::EACCES,
             Posix::NoAttr => libc::ENODATA,
             Posix::TooBig => libc::E2BIG,
             Posix::Range => libc::ERANGE,

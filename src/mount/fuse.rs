@@ -8,9 +8,9 @@ use forkfs::Posix;
 use forkfs::fs::{Content, FileKind, Inode, NewNode, ROOT_INO, RenameMode, SetAttr, XattrMode};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -53,7 +53,7 @@ impl Fuse {
         &self,
         req: &Request,
         (parent, name): (u64, &OsStr),
-        mode: u32,
+        (mode, umask): (u32, u32),
         mut node: NewNode<'_>,
     ) -> Result<(Inode, u64), Error> {
         let head = self.ws.head()?;
@@ -63,6 +63,7 @@ impl Fuse {
         let perm = (mode & 0o7777) as u16;
         (node.uid, node.gid, node.perm) =
             self.ws.owner_in(&dir, req.uid(), req.gid(), node.kind, perm);
+        node.umask = (umask & 0o777) as u16;
         head.make(parent, name.as_bytes(), &node).map(own)
     }
 
@@ -75,6 +76,16 @@ impl Filesystem for Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
+        // The kernel checks POSIX ACLs (kept as attributes) and leaves the
+        // umask to `make`, which applies a default ACL instead when the
+        // directory has one (see forkfs::fs::acl).
+        let acls = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        if let Err(missing) = config.add_capabilities(acls) {
+            tracing::warn!(
+                ?missing,
+                "the kernel does not offer POSIX ACLs; they will not be checked"
+            );
+        }
         Ok(())
     }
 
@@ -129,7 +140,7 @@ impl Filesystem for Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -137,7 +148,7 @@ impl Filesystem for Fuse {
         if kind == FileKind::Dir || kind == FileKind::Symlink {
             return reply.error(Errno::EINVAL);
         }
-        let r = self.make(req, (parent.0, name), mode, node(kind, rdev, None));
+        let r = self.make(req, (parent.0, name), (mode, umask), node(kind, rdev, None));
         self.entry(r, reply)
     }
 
@@ -147,10 +158,10 @@ impl Filesystem for Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.make(req, (parent.0, name), mode, node(FileKind::Dir, 0, None));
+        let r = self.make(req, (parent.0, name), (mode, umask), node(FileKind::Dir, 0, None));
         self.entry(r, reply)
     }
 
@@ -178,7 +189,8 @@ impl Filesystem for Fuse {
         reply: ReplyEntry,
     ) {
         let t = target.as_os_str().as_bytes();
-        let r = self.make(req, (parent.0, link_name), 0o777, node(FileKind::Symlink, 0, Some(t)));
+        let r =
+            self.make(req, (parent.0, link_name), (0o777, 0), node(FileKind::Symlink, 0, Some(t)));
         self.entry(r, reply)
     }
 
@@ -482,11 +494,11 @@ impl Filesystem for Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.make(req, (parent.0, name), mode, node(FileKind::File, 0, None));
+        let r = self.make(req, (parent.0, name), (mode, umask), node(FileKind::File, 0, None));
         answer!(reply, r, |(i, _)| {
             let fh = self.ws.open(i.ino);
             reply.created(
@@ -540,7 +552,7 @@ fn own(i: Inode) -> (Inode, u64) {
 }
 
 fn node(kind: FileKind, rdev: u32, target: Option<&[u8]>) -> NewNode<'_> {
-    NewNode { kind, perm: 0, uid: 0, gid: 0, target, rdev }
+    NewNode { kind, perm: 0, uid: 0, gid: 0, target, rdev, umask: 0 }
 }
 
 /// `.forkfs` in the root is the history; nothing else may take its name.

@@ -57,6 +57,13 @@ impl Mounted {
         m
     }
 
+    /// Unmounts and mounts the volume again (on a new directory).
+    pub fn remount(self) -> Mounted {
+        let (store, vol) = (self.store.clone(), self.vol.clone());
+        self.unmount();
+        Mounted::new(&store, &vol, &[])
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

@@ -6,6 +6,7 @@
 mod common;
 
 mod mount;
+mod mount_acl;
 mod mount_cli;
 mod mount_copy;
 mod mount_crash;

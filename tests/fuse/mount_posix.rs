@@ -13,12 +13,6 @@ use std::os::unix::fs::{FileExt, MetadataExt, symlink};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-fn remount(m: Mounted) -> Mounted {
-    let (store, vol) = (m.store().to_path_buf(), m.vol().to_string());
-    m.unmount();
-    Mounted::new(&store, &vol, &[])
-}
-
 #[test]
 fn hard_links_exchange_and_symlinks() {
     let (_d, store) = new_store();
@@ -56,7 +50,7 @@ fn hard_links_exchange_and_symlinks() {
     symlink(&longest, m.path("longest")).unwrap();
 
     check_links(&m, &longest, "mounted");
-    let m = remount(m);
+    let m = m.remount();
     check_links(&m, &longest, "after a remount");
 }
 
@@ -104,7 +98,7 @@ fn xattrs_round_trip_and_persist() {
         setxattr(&p, "user.binary", b"replaced", libc::XATTR_REPLACE).unwrap();
         removexattr(&p, "user.gone").unwrap();
     }
-    let m = remount(m);
+    let m = m.remount();
     for p in [m.path("f"), m.path("d")] {
         let names: BTreeSet<String> = listxattr(&p, 4096).unwrap().into_iter().collect();
         let want: BTreeSet<String> = values.iter().map(|(n, _)| n.to_string()).collect();
@@ -160,7 +154,7 @@ fn sparse_files_read_zeros_in_holes() {
     f.set_len(2 * gib).unwrap();
     assert!(read(&f, gib + 4, 1 << 20).iter().all(|b| *b == 0));
     drop(f);
-    let m = remount(m);
+    let m = m.remount();
     let f = std::fs::File::open(m.path("s")).unwrap();
     assert_eq!(f.metadata().unwrap().len(), 2 * gib);
     assert_eq!((read(&f, 0, 4), read(&f, gib, 4)), (b"head".to_vec(), b"tail".to_vec()));
@@ -216,7 +210,7 @@ fn seek_data_and_hole_find_the_written_blocks() {
     assert_eq!(seek(&small, 3, data), Err(libc::ENXIO));
     drop((f, small));
     crate::common::ok(&store, &["snapshot", "seek", "--name", "sparse"]);
-    let m = remount(m);
+    let m = m.remount();
     check(&std::fs::File::open(m.path("s")).unwrap(), "after a remount");
     let frozen = m.path(".forkfs/versions/sparse/s");
     check(&std::fs::File::open(frozen).unwrap(), "in a version");
@@ -257,7 +251,7 @@ fn shared_mmap_writes_reach_the_store() {
     }
     drop(f);
     assert!(std::fs::read(m.path("m")).unwrap() == want, "after munmap and close");
-    let m = remount(m);
+    let m = m.remount();
     assert!(std::fs::read(m.path("m")).unwrap() == want, "after a remount");
 }
 
@@ -354,7 +348,7 @@ fn concurrent_writers_to_one_file_keep_every_write() {
     drop(reader);
     let want: Vec<u8> = (0..records).flat_map(record).collect();
     assert!(std::fs::read(&p).unwrap() == want, "records lost or mixed");
-    let m = remount(m);
+    let m = m.remount();
     assert!(std::fs::read(m.path("shared")).unwrap() == want, "after a remount");
 }
 
@@ -430,7 +424,7 @@ fn attributes_match_ext4_and_persist() {
     assert!((after.st_ctime, after.st_ctime_nsec) > (before.st_ctime, before.st_ctime_nsec));
     assert_eq!((after.st_mtime, after.st_mtime_nsec), (before.st_mtime, before.st_mtime_nsec));
     let now = attrs(&f);
-    let m = remount(m);
+    let m = m.remount();
     assert_eq!(attrs(&m.path("w/f")), now, "after a remount");
     assert_eq!(lstat(&m.path("w/f")).st_ctime, after.st_ctime);
 }

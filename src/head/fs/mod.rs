@@ -4,10 +4,12 @@
 //!
 //! - [`reader`]: reads of any state (live or frozen) through a [`FsReader`];
 //! - [`ops`], [`rename`], [`xattr`]: changes, each one [`txn`] (one batch);
+//! - [`acl`]: what POSIX ACLs ask of the filesystem (the kernel checks them);
 //! - [`copy`]: copy_file_range by sharing blocks (no data copied);
 //! - [`inode`]: the record formats;
 //! - [`changes`]: what changed between two states, as a kernel cache sees it.
 
+pub mod acl;
 pub mod changes;
 mod copy;
 pub mod inode;

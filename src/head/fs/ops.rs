@@ -4,6 +4,7 @@
 //! it whole or not at all. Errors name POSIX conditions (see [`Posix`]).
 
 use super::FsHead;
+use super::acl;
 use super::inode::{Content, FileKind, INLINE_MAX, Inode, Time};
 use super::reader::check_name;
 use super::txn::{Txn, name_of};
@@ -38,6 +39,9 @@ pub struct NewNode<'a> {
     pub target: Option<&'a [u8]>,
     /// A device node's number.
     pub rdev: u32,
+    /// Permission bits to clear, unless the directory has a default ACL
+    /// (which applies instead).
+    pub umask: u16,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,7 +97,7 @@ impl FsHead {
         owner: (u32, u32),
         target: Option<&[u8]>,
     ) -> Result<Inode> {
-        let node = NewNode { kind, perm, uid: owner.0, gid: owner.1, target, rdev: 0 };
+        let node = NewNode { kind, perm, uid: owner.0, gid: owner.1, target, rdev: 0, umask: 0 };
         self.make(dir, name, &node)
     }
 
@@ -158,6 +162,7 @@ impl FsHead {
             }
             if let Some(p) = attr.perm {
                 inode.perm = p & 0o7777;
+                acl::on_chmod(&mut inode.xattrs, inode.perm);
             }
             if let Some(u) = attr.uid {
                 inode.uid = u;
@@ -359,6 +364,7 @@ impl FsHead {
                     gid: owner.1,
                     target: None,
                     rdev: 0,
+                    umask: 0,
                 };
                 make_in(t, dir, name, &node)?;
             }
@@ -410,13 +416,21 @@ fn make_in(t: &mut Txn<'_>, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result
     if t.find(dir, name)?.is_some() {
         return Err(Error::posix(Posix::Exists, format!("{} exists", name_of(name))));
     }
+    let is_dir = node.kind == FileKind::Dir;
+    let (perm, xattrs) = acl::on_create(
+        &parent.xattrs,
+        is_dir,
+        node.kind == FileKind::Symlink,
+        node.perm & 0o7777,
+        node.umask,
+    );
     let meta = t.meta()?;
     let ino = meta.next_ino;
     meta.next_ino += 1;
     let inode = Inode {
         ino,
         kind: node.kind,
-        perm: node.perm & 0o7777,
+        perm,
         uid: node.uid,
         gid: node.gid,
         nlink,
@@ -429,7 +443,7 @@ fn make_in(t: &mut Txn<'_>, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result
         parent: dir,
         name: Bytes::copy_from_slice(name),
         content,
-        xattrs: Vec::new(),
+        xattrs,
         links: Vec::new(),
     };
     t.add_entry(dir, name, ino, node.kind)?;

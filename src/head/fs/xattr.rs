@@ -1,6 +1,8 @@
 //! Extended attributes of fs volume inodes, kept in the inode record.
 
 use super::FsHead;
+use super::acl;
+use super::inode::FileKind;
 use super::inode::Inode;
 use super::reader::FsReader;
 use crate::error::{Error, Posix, Result};
@@ -66,7 +68,22 @@ impl FsHead {
                 (XattrMode::Replace, None) => return Err(no_attr(name)),
                 _ => {}
             }
-            let entry = (Bytes::copy_from_slice(name), Bytes::copy_from_slice(value));
+            let value = if name == acl::ACCESS || name == acl::DEFAULT {
+                let is_dir = inode.kind == FileKind::Dir;
+                let (kept, perm) = acl::on_set(name, value, is_dir, inode.perm)?;
+                inode.perm = perm;
+                match kept {
+                    Some(v) => v,
+                    None => {
+                        // The mode says it all: no attribute, as on ext4.
+                        pos.map(|i| inode.xattrs.remove(i));
+                        return Ok(());
+                    }
+                }
+            } else {
+                Bytes::copy_from_slice(value)
+            };
+            let entry = (Bytes::copy_from_slice(name), value);
             match pos {
                 Some(i) => inode.xattrs[i] = entry,
                 None => inode.xattrs.push(entry),

@@ -86,6 +86,12 @@ impl Filesystem for Fuse {
                 "the kernel does not offer POSIX ACLs; they will not be checked"
             );
         }
+        // File handles (open_by_handle_at, NFS): the kernel may look up "."
+        // and ".." (see Workspace::lookup). Inode numbers are never reused,
+        // so generation 0 keeps a handle of a removed file stale.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
+            tracing::warn!(?missing, "the kernel does not offer export support");
+        }
         Ok(())
     }
 

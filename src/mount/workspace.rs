@@ -103,6 +103,13 @@ impl Workspace {
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(Inode, u64), Error> {
         let enoent = || Error::posix(Posix::NoEntry, "no such file or directory");
+        // Asked only when the kernel turns a file handle back into an inode
+        // (export support): the inode itself, and a directory's parent.
+        match name {
+            b"." => return self.stat(parent),
+            b".." => return self.stat(self.parent_of(parent)?),
+            _ => {}
+        }
         if name.len() > NAME_MAX {
             let why = "file name longer than 255 bytes";
             return Err(Error::posix(Posix::NameTooLong, why));
@@ -121,6 +128,21 @@ impl Workspace {
         let dir = r.inode(ino)?;
         let e = r.lookup(&dir, name)?.ok_or_else(enoent)?;
         Ok((r.inode(e.ino)?, base | e.ino))
+    }
+
+    /// The FUSE inode number of the directory holding `fuse_ino` (its
+    /// first link's), anywhere in the mount.
+    fn parent_of(&self, fuse_ino: u64) -> Result<u64, Error> {
+        Ok(match self.slots.place(fuse_ino)? {
+            Place::Own(ROOT_INO) | Place::Virtual(CTL_DIR) => ROOT_INO,
+            Place::Own(i) => self.inode(i)?.parent,
+            Place::Virtual(_) => CTL_DIR,
+            Place::Version { ino: ROOT_INO, .. } => VERSIONS_DIR,
+            Place::Version { version, ino, base } => {
+                let r = FsReader::frozen(self.store.chunks(), version.root, version.block_size);
+                base | r.inode(ino)?.parent
+            }
+        })
     }
 
     /// Reads file bytes anywhere in the mount.

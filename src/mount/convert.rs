@@ -86,12 +86,13 @@ pub fn kernel_time(t: TimeOrNow) -> Time {
     }
 }
 
-/// FUSE attributes of an inode, under FUSE inode number `ino`.
-pub fn attr(i: &Inode, ino: u64, blksize: u32) -> FileAttr {
+/// FUSE attributes of an inode, under FUSE inode number `ino`, with
+/// `allocated` bytes (st_blocks counts 512-byte units of them).
+pub fn attr(i: &Inode, ino: u64, blksize: u32, allocated: u64) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: i.size,
-        blocks: i.size.div_ceil(512),
+        blocks: allocated.div_ceil(512),
         atime: i.atime.to_system(),
         mtime: i.mtime.to_system(),
         ctime: i.ctime.to_system(),

@@ -38,12 +38,17 @@ macro_rules! answer {
 
 impl Fuse {
     fn attr_of(&self, i: &Inode) -> fuser::FileAttr {
-        attr(i, i.ino, self.ws.block_size)
+        self.attr_at(i, i.ino)
+    }
+
+    /// Attributes of `i`, under FUSE inode number `fuse_ino`.
+    fn attr_at(&self, i: &Inode, fuse_ino: u64) -> fuser::FileAttr {
+        attr(i, fuse_ino, self.ws.block_size, self.ws.allocated(fuse_ino, i))
     }
 
     fn entry(&self, r: Result<(Inode, u64), Error>, reply: ReplyEntry) {
         answer!(reply, r, |(i, fuse_ino)| {
-            reply.entry(&TTL, &attr(&i, fuse_ino, self.ws.block_size), Generation(0))
+            reply.entry(&TTL, &self.attr_at(&i, fuse_ino), Generation(0))
         })
     }
 
@@ -100,8 +105,7 @@ impl Filesystem for Fuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        answer!(reply, self.ws.stat(ino.0), |(i, n)| reply
-            .attr(&TTL, &attr(&i, n, self.ws.block_size)))
+        answer!(reply, self.ws.stat(ino.0), |(i, n)| reply.attr(&TTL, &self.attr_at(&i, n)))
     }
 
     fn setattr(

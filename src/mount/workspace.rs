@@ -2,7 +2,7 @@
 //! and open handles (for files unlinked while open).
 
 use super::history::{self, CTL_DIR, Place, Slots, VERSIONS_DIR};
-use forkfs::fs::{FileKind, FsReader, Inode, NAME_MAX, ROOT_INO};
+use forkfs::fs::{Content, FileKind, FsReader, Inode, NAME_MAX, ROOT_INO, Time};
 use forkfs::{Error, FsHead, Opened, Posix, Store};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -24,7 +24,13 @@ pub struct Workspace {
     /// (then the last close deletes it; other closes touch no record).
     opens: Mutex<HashMap<u64, (u32, bool)>>,
     next_fh: AtomicU64,
+    /// Allocated bytes of large files by FUSE inode, valid while their
+    /// ctime and size are (any change of data moves the ctime).
+    allocated: Mutex<HashMap<u64, (Time, u64, u64)>>,
 }
+
+/// Files whose allocated size is remembered; past this the memory starts over.
+const ALLOCATED_CACHED: usize = 1 << 16;
 
 impl Workspace {
     pub fn new(store: Store, source: Opened<FsHead>, volume: String, read_only: bool) -> Workspace {
@@ -38,6 +44,7 @@ impl Workspace {
             read_only,
             opens: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            allocated: Mutex::new(HashMap::new()),
         }
     }
 
@@ -143,6 +150,33 @@ impl Workspace {
                 base | r.inode(ino)?.parent
             }
         })
+    }
+
+    /// The bytes of `i` (FUSE inode `fuse_ino`) that hold data, for
+    /// `st_blocks`; its size if they cannot be counted.
+    pub fn allocated(&self, fuse_ino: u64, i: &Inode) -> u64 {
+        if !matches!(i.content, Content::Blocks(_)) {
+            return i.size;
+        }
+        if let Some(&(ctime, size, n)) = self.allocated.lock().get(&fuse_ino) {
+            if (ctime, size) == (i.ctime, i.size) {
+                return n;
+            }
+        }
+        let counted = match self.at(fuse_ino) {
+            Ok(Some((r, _, _))) => r.allocated(i),
+            _ => return i.size,
+        };
+        let n = counted.unwrap_or_else(|e| {
+            tracing::warn!(ino = fuse_ino, error = %e, "cannot count allocated blocks");
+            i.size
+        });
+        let mut cache = self.allocated.lock();
+        if cache.len() >= ALLOCATED_CACHED {
+            cache.clear();
+        }
+        cache.insert(fuse_ino, (i.ctime, i.size, n));
+        n
     }
 
     /// Reads file bytes anywhere in the mount.

@@ -228,6 +228,54 @@ fn seek_data_and_hole_find_the_written_blocks() {
     }
 }
 
+/// st_blocks after each step on a file in `dir`: a dense write, a size
+/// grown without data, one byte far out, a hole punched; and the block
+/// size it counts in.
+fn allocation_steps(dir: &Path) -> (Vec<u64>, u64) {
+    let mib = 1u64 << 20;
+    let f = std::fs::File::create_new(dir.join("s")).unwrap();
+    let allocated = |f: &std::fs::File| {
+        f.sync_all().unwrap();
+        f.metadata().unwrap().blocks() * 512
+    };
+    f.write_all_at(&vec![7u8; 4 * mib as usize], 0).unwrap();
+    let mut out = vec![allocated(&f)];
+    f.set_len(64 * mib).unwrap();
+    out.push(allocated(&f));
+    f.write_all_at(b"x", 32 * mib).unwrap();
+    out.push(allocated(&f));
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, mib as i64, 2 * mib as i64) };
+    assert_eq!(r, 0, "punch a hole: errno {}", crate::common::mount::errno());
+    out.push(allocated(&f));
+    (out, f.metadata().unwrap().blksize())
+}
+
+/// What `du`, `cp --sparse` and `tar -S` read: st_blocks counts the blocks
+/// that hold data, in the mount as on ext4 (each in its own block size),
+/// live, after a remount and in a version.
+#[test]
+fn st_blocks_count_only_the_blocks_that_hold_data() {
+    let mib = 1u64 << 20;
+    let want = |bs: u64| vec![4 * mib, 4 * mib, 4 * mib + bs, 2 * mib + bs];
+    let native = crate::common::mount::ext4_reference_dir();
+    let (got, bs) = allocation_steps(native.path());
+    assert_eq!(got, want(bs), "ext4 itself (the reference), block size {bs}");
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "du", &["--checkpoint-every", "0"]);
+    let (got, bs) = allocation_steps(m.dir());
+    assert!(mib % bs == 0, "block size {bs}");
+    assert_eq!(got, want(bs), "in the mount, block size {bs}");
+    std::fs::write(m.path("tiny"), b"abc").unwrap();
+    crate::common::ok(&store, &["snapshot", "du", "--name", "v"]);
+    let m = m.remount();
+    for p in ["s", ".forkfs/versions/v/s"] {
+        let blocks = std::fs::metadata(m.path(p)).unwrap().blocks() * 512;
+        assert_eq!(blocks, 2 * mib + bs, "{p} after a remount");
+    }
+    assert_eq!(std::fs::metadata(m.path("tiny")).unwrap().blocks(), 1, "a small file");
+}
+
 #[test]
 fn shared_mmap_writes_reach_the_store() {
     let (_d, store) = new_store();

@@ -195,6 +195,21 @@ impl<'a> FsReader<'a> {
         }
     }
 
+    /// Bytes of a file that hold data, at block granularity (holes left
+    /// by sparse writes, punching or truncation up do not count): what
+    /// `st_blocks` reports. Small files kept in their record count their
+    /// size. Cost: the blocks of the file.
+    pub fn allocated(&self, inode: &Inode) -> Result<u64> {
+        match &inode.content {
+            Content::Blocks(base) if inode.size > 0 => {
+                let last = (inode.size - 1) / self.block_size;
+                let n = self.blocks(inode.ino, *base).allocated(0, last)?.len() as u64;
+                Ok(n * self.block_size)
+            }
+            _ => Ok(inode.size),
+        }
+    }
+
     pub(super) fn blocks(&self, ino: u64, base: MapRoot) -> BlockMap<'a> {
         BlockMap {
             view: self.view,

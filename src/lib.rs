@@ -70,7 +70,8 @@ pub use sync::view::View as SharedView;
 /// import/export of directory trees use.
 pub mod fs {
     pub use crate::head::fs::inode::{
-        Content, DirEntry, FileKind, INLINE_MAX, Inode, ROOT_INO, Time,
+        Content, DirEntry, FL_APPEND, FL_IMMUTABLE, FL_NOATIME, FL_NODUMP, FileKind, INLINE_MAX,
+        Inode, ROOT_INO, Time,
     };
     pub use crate::head::fs::xattr::XattrMode;
     pub use crate::head::fs::{

@@ -7,7 +7,8 @@
 
 use super::datalog::{DataLog, LogRef, Read};
 use super::fs::inode::{
-    Content, DirEntry, FileKind, Inode, Meta, Time, decode_entries, encode_entries,
+    Content, DirEntry, FL_IMMUTABLE, FL_NODUMP, FileKind, Inode, Meta, Time, decode_entries,
+    encode_entries,
 };
 use super::overlay::{self, Dirty, Space};
 use super::prior::{Earlier, Prior};
@@ -89,6 +90,7 @@ fn inode(links: Vec<(u64, Bytes)>) -> Inode {
         content: Content::Inline(Bytes::from_static(b"hello")),
         xattrs: vec![(Bytes::from_static(b"user.k"), Bytes::from_static(b"v"))],
         links,
+        flags: 0,
     }
 }
 
@@ -100,6 +102,10 @@ fn golden_inode_records() {
     let linked = inode(vec![(7, Bytes::from_static(b"other name"))]);
     let want = golden("inode-file-links.bin", &linked.encode());
     assert_eq!(Inode::decode(&Bytes::from(want)).expect("decodes"), linked);
+    // Flags (chattr) follow the links in the tail.
+    let flagged = Inode { flags: FL_IMMUTABLE | FL_NODUMP, ..linked.clone() };
+    let want = golden("inode-file-links-flags.bin", &flagged.encode());
+    assert_eq!(Inode::decode(&Bytes::from(want)).expect("decodes"), flagged);
     let dir = Inode {
         kind: FileKind::Dir,
         content: Content::Entries(Some(ChunkId([0x33; 32]))),

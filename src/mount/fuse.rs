@@ -8,9 +8,10 @@ use forkfs::Posix;
 use forkfs::fs::{Content, FileKind, Inode, NewNode, ROOT_INO, RenameMode, SetAttr, XattrMode};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -94,6 +95,8 @@ impl Filesystem for Fuse {
         // File handles (open_by_handle_at, NFS): the kernel may look up "."
         // and ".." (see Workspace::lookup). Inode numbers are never reused,
         // so generation 0 keeps a handle of a removed file stale.
+        // Inode flags on directories too (chattr +i DIR).
+        let _ = config.add_capabilities(InitFlags::FUSE_HAS_IOCTL_DIR);
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
             tracing::warn!(?missing, "the kernel does not offer export support");
         }
@@ -265,14 +268,27 @@ impl Filesystem for Fuse {
             if writes {
                 self.ws.head()?;
                 self.ws.own(ino.0)?;
+                // chattr +i: no writing; +a: only appending.
+                i.check_not_immutable()?;
+                let appends = flags.0 & libc::O_APPEND != 0 && flags.0 & libc::O_TRUNC == 0;
+                if !appends {
+                    i.check_mutable()?;
+                }
             }
             match i.kind {
                 FileKind::Dir => Err(Error::posix(Posix::IsDir, "is a directory")),
                 _ => Ok(i),
             }
         });
-        answer!(reply, r, |_| reply
-            .opened(FileHandle(self.ws.open(ino.0)), FopenFlags::FOPEN_KEEP_CACHE))
+        answer!(reply, r, |i| {
+            // A read that records the access must reach the mount: the
+            // kernel's cached pages of this file are dropped then.
+            let cache = match self.ws.access_due(ino.0, &i) {
+                true => FopenFlags::empty(),
+                false => FopenFlags::FOPEN_KEEP_CACHE,
+            };
+            reply.opened(FileHandle(self.ws.open(ino.0)), cache)
+        })
     }
 
     fn read(
@@ -322,6 +338,54 @@ impl Filesystem for Fuse {
     ) {
         let r = self.ws.head().and_then(|h| h.write_file(self.ws.own(ino.0)?, offset, data));
         answer!(reply, r, |()| reply.written(data.len() as u32))
+    }
+
+    /// Only the inode flags (`chattr`, `lsattr`) reach a filesystem
+    /// through the kernel's file-attribute calls; whether the caller may
+    /// set them is checked by the kernel first.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (and their 32-bit forms);
+        // FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (struct fsxattr, the
+        // same flags as "xflags"; the kernel reads them before a set).
+        const GET: [u32; 2] = [0x8008_6601, 0x8004_6601];
+        const SET: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        const FSGETXATTR: u32 = 0x801c_581f;
+        const FSSETXATTR: u32 = 0x401c_5820;
+        let set = |flags: Result<u32, Error>| -> Result<Vec<u8>, Error> {
+            self.ws.head()?.set_flags(self.ws.own(ino.0)?, flags?)?;
+            Ok(Vec::new())
+        };
+        let bad = || Err(Error::posix(Posix::Invalid, "ioctl argument too short"));
+        let r = match cmd {
+            c if GET.contains(&c) => {
+                self.ws.stat(ino.0).map(|(i, _)| i.flags.to_le_bytes().to_vec())
+            }
+            FSGETXATTR => self.ws.stat(ino.0).map(|(i, _)| {
+                let mut fsx = vec![0u8; 28];
+                fsx[..4].copy_from_slice(&xflags_of(i.flags).to_le_bytes());
+                fsx
+            }),
+            c if SET.contains(&c) => match in_data.first_chunk::<4>() {
+                Some(b) => set(Ok(u32::from_le_bytes(*b))),
+                None => bad(),
+            },
+            FSSETXATTR => match in_data.first_chunk::<28>() {
+                Some(b) => set(flags_of_fsxattr(b)),
+                None => bad(),
+            },
+            _ => return reply.error(Errno::ENOTTY),
+        };
+        answer!(reply, r, |data| reply.ioctl(0, &data))
     }
 
     fn copy_file_range(
@@ -421,6 +485,9 @@ impl Filesystem for Fuse {
             Ok((d, _)) => d,
             Err(e) => return reply.error(errno(&e)),
         };
+        if offset == 0 {
+            self.ws.accessed(ino.0, &dir);
+        }
         if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
             return reply.ok();
         }
@@ -553,6 +620,31 @@ impl Fuse {
         };
         head.fallocate(ino, offset, length, zero, keep_size)
     }
+}
+
+/// Inode flags and the xflags of `struct fsxattr` that say the same.
+const XFLAGS: [(u32, u32); 4] = [
+    (forkfs::fs::FL_IMMUTABLE, 0x8),
+    (forkfs::fs::FL_APPEND, 0x10),
+    (forkfs::fs::FL_NOATIME, 0x40),
+    (forkfs::fs::FL_NODUMP, 0x80),
+];
+
+fn xflags_of(flags: u32) -> u32 {
+    XFLAGS.iter().filter(|(f, _)| flags & f != 0).map(|(_, x)| x).sum()
+}
+
+/// The inode flags a `struct fsxattr` asks for: EOPNOTSUPP for an xflag
+/// without one, or for extent sizes and project ids (not kept).
+fn flags_of_fsxattr(fsx: &[u8; 28]) -> Result<u32, Error> {
+    let word = |i: usize| u32::from_le_bytes(fsx[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+    let (xflags, extsize, projid, cowextsize) = (word(0), word(1), word(3), word(4));
+    let known: u32 = XFLAGS.iter().map(|(_, x)| x).sum();
+    if xflags & !known != 0 || extsize != 0 || projid != 0 || cowextsize != 0 {
+        let why = "only the immutable, append, noatime and nodump xflags are kept";
+        return Err(Error::posix(Posix::Unsupported, why));
+    }
+    Ok(XFLAGS.iter().filter(|(_, x)| xflags & x != 0).map(|(f, _)| f).sum())
 }
 
 /// An inode of the mounted tree with its FUSE inode number (the same).

@@ -97,6 +97,7 @@ pub fn virtual_dir(ino: u64) -> Inode {
         content: Content::Entries(None),
         xattrs: Vec::new(),
         links: Vec::new(),
+        flags: 0,
     }
 }
 

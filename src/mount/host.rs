@@ -6,7 +6,7 @@
 
 use super::fuse::Fuse;
 use super::record::Record;
-use super::workspace::Workspace;
+use super::workspace::{Atime, Workspace};
 use forkfs::service::Extensions;
 use forkfs::{Error, FsHead, Opened, Result, Store, VolumeKind};
 use parking_lot::{Condvar, Mutex};
@@ -35,18 +35,24 @@ pub struct MountRequest {
 }
 
 /// The `-o` options a mount takes (besides `ro`, which is `--read-only`).
-const OPTIONS: [&str; 7] = ["nodev", "nosuid", "noexec", "dev", "suid", "exec", "noatime"];
+const OPTIONS: [&str; 10] = [
+    "nodev",
+    "nosuid",
+    "noexec",
+    "dev",
+    "suid",
+    "exec",
+    "noatime",
+    "relatime",
+    "strictatime",
+    "atime",
+];
 
 /// Checks `-o` options: the flags to mount with, or which one is not
 /// supported and why.
 pub fn mount_options(given: &[String]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for o in given.iter().map(|o| o.trim()).filter(|o| !o.is_empty() && *o != "ro" && *o != "rw") {
-        if o == "relatime" || o == "strictatime" || o == "atime" {
-            return Err(Error::invalid(format!(
-                "mount option {o} is not supported: forkfs records no access times (noatime)"
-            )));
-        }
         if !OPTIONS.contains(&o) {
             return Err(Error::invalid(format!(
                 "unknown mount option {o:?} (supported: ro, {})",
@@ -56,6 +62,21 @@ pub fn mount_options(given: &[String]) -> Result<Vec<String>> {
         out.push(o.to_string());
     }
     Ok(out)
+}
+
+/// The access-time mode the options ask for: the last of them wins, and
+/// `relatime` is the default, as on Linux (`atime` means the default).
+pub fn atime_mode(options: &[String]) -> Atime {
+    let mut mode = Atime::Relative;
+    for o in options {
+        mode = match o.as_str() {
+            "noatime" => Atime::Never,
+            "relatime" | "atime" => Atime::Relative,
+            "strictatime" => Atime::Strict,
+            _ => mode,
+        };
+    }
+    mode
 }
 
 pub struct Host {
@@ -178,8 +199,13 @@ impl Host {
                 );
             }
         }
-        let ws =
-            Arc::new(Workspace::new(self.store.clone(), source, vol.to_string(), req.read_only));
+        let ws = Arc::new(Workspace::new(
+            self.store.clone(),
+            source,
+            vol.to_string(),
+            req.read_only,
+            atime_mode(&req.options),
+        ));
         let mut session = fuser::Session::new(Fuse { ws: ws.clone() }, &req.dir, &config(req, vol))
             .map_err(|e| {
                 Error::new(
@@ -349,8 +375,13 @@ fn config(req: &MountRequest, vol: &str) -> fuser::Config {
         M::FSName(format!("{FSNAME_PREFIX}{vol}")),
         M::Subtype("forkfs".into()),
         M::DefaultPermissions,
-        M::NoAtime,
     ];
+    // Access times are recorded here (see Workspace::accessed); the
+    // kernel's flag only shows in the mount table.
+    c.mount_options.push(match atime_mode(&req.options) {
+        Atime::Never => M::NoAtime,
+        _ => M::Atime,
+    });
     if req.read_only {
         c.mount_options.push(M::RO);
     }
@@ -362,7 +393,7 @@ fn config(req: &MountRequest, vol: &str) -> fuser::Config {
             "dev" => M::Dev,
             "suid" => M::Suid,
             "exec" => M::Exec,
-            // noatime is always on; anything else was refused when asked.
+            // The atime options were taken above.
             _ => continue,
         });
     }

@@ -41,8 +41,7 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
     /// Mount options, comma-separated: nodev, nosuid, noexec (and dev,
-    /// suid, exec), ro, noatime (the only atime mode: forkfs records no
-    /// access times)
+    /// suid, exec), ro, and relatime (the default), strictatime or noatime
     #[arg(short = 'o', long = "options", value_delimiter = ',')]
     pub options: Vec<String>,
     /// After SIGTERM, SIGINT or SIGHUP, how long the mounts may take to

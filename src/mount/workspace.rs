@@ -12,6 +12,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// key to continue after.
 pub type Listing = (Vec<(u64, u64, FileKind, Vec<u8>)>, Option<u64>);
 
+/// When reads record access times (the `-o` atime options).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atime {
+    /// `noatime`: never.
+    Never,
+    /// `relatime` (the default, as on Linux): when the last access is not
+    /// after the last change, or is a day old.
+    Relative,
+    /// `strictatime`: every read that reaches the filesystem.
+    Strict,
+}
+
 pub struct Workspace {
     pub store: Store,
     pub source: Opened<FsHead>,
@@ -20,6 +32,7 @@ pub struct Workspace {
     slots: Slots,
     pub block_size: u32,
     read_only: bool,
+    atime: Atime,
     /// Per inode: handles open, and whether its last name went meanwhile
     /// (then the last close deletes it; other closes touch no record).
     opens: Mutex<HashMap<u64, (u32, bool)>>,
@@ -33,7 +46,13 @@ pub struct Workspace {
 const ALLOCATED_CACHED: usize = 1 << 16;
 
 impl Workspace {
-    pub fn new(store: Store, source: Opened<FsHead>, volume: String, read_only: bool) -> Workspace {
+    pub fn new(
+        store: Store,
+        source: Opened<FsHead>,
+        volume: String,
+        read_only: bool,
+        atime: Atime,
+    ) -> Workspace {
         let block_size = source.block_size();
         Workspace {
             store,
@@ -42,6 +61,7 @@ impl Workspace {
             slots: Slots::default(),
             block_size,
             read_only,
+            atime,
             opens: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             allocated: Mutex::new(HashMap::new()),
@@ -179,7 +199,8 @@ impl Workspace {
         n
     }
 
-    /// Reads file bytes anywhere in the mount.
+    /// Reads file bytes anywhere in the mount (recording the access when
+    /// due).
     pub fn read(&self, fuse_ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Error> {
         let (r, ino, _) =
             self.at(fuse_ino)?.ok_or_else(|| Error::posix(Posix::IsDir, "is a directory"))?;
@@ -187,7 +208,37 @@ impl Workspace {
         let mut buf = vec![0u8; (size as u64).min(i.size.saturating_sub(offset)) as usize];
         let n = r.read(&i, offset, &mut buf)?;
         buf.truncate(n);
+        self.accessed(fuse_ino, &i);
         Ok(buf)
+    }
+
+    /// Whether a read of `i` (FUSE inode `fuse_ino`) now would record the
+    /// access: then its open skips the kernel's page cache, so that the
+    /// read reaches [`Workspace::read`].
+    pub fn access_due(&self, fuse_ino: u64, i: &Inode) -> bool {
+        let strict = match self.atime {
+            Atime::Never => return false,
+            Atime::Relative => false,
+            Atime::Strict => true,
+        };
+        !self.read_only
+            && self.is_live()
+            && self.own(fuse_ino).is_ok()
+            && i.access_due(Time::now(), strict)
+    }
+
+    /// A read of file or directory `i` reached the mount: records the
+    /// access when due (versions and read-only mounts record none). A
+    /// failure to record it fails no read.
+    pub fn accessed(&self, fuse_ino: u64, i: &Inode) {
+        if !self.access_due(fuse_ino, i) {
+            return;
+        }
+        if let Ok(h) = self.head() {
+            if let Err(e) = h.set_atime(i.ino, Time::now()) {
+                tracing::warn!(ino = i.ino, error = %e, "cannot record an access time");
+            }
+        }
     }
 
     /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE in a file anywhere in

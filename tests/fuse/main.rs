@@ -7,6 +7,8 @@ mod common;
 
 mod mount;
 mod mount_acl;
+mod mount_atime;
+mod mount_chattr;
 mod mount_cli;
 mod mount_copy;
 mod mount_crash;

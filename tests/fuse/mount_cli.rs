@@ -95,8 +95,8 @@ fn umount_fails_with_no_space_when_the_last_checkpoint_cannot_be_saved() {
 
 /// `-o nodev,nosuid,noexec` (and dev, suid) reach the kernel as on any filesystem: statvfs
 /// reports the flags and a script in the mount does not run (EACCES), the
-/// same on a tmpfs mounted with them; without them the script runs. Atime
-/// modes and unknown options are refused as bad input.
+/// same on a tmpfs mounted with them; without them the script runs.
+/// Unknown options are refused as bad input.
 #[test]
 fn mount_options_reach_the_kernel_as_on_another_filesystem() {
     let (d, store) = new_store();
@@ -131,9 +131,9 @@ fn mount_options_reach_the_kernel_as_on_another_filesystem() {
     assert_eq!(out.stdout, b"hello\n");
     let dir = d.path().join("mnt");
     std::fs::create_dir(&dir).unwrap();
-    for bad in ["relatime", "strictatime", "bogus"] {
+    for bad in ["bogus", "relatime,bogus"] {
         let (code, err) = fails(&store, &["mount", "other", dir.to_str().unwrap(), "-o", bad]);
         assert_eq!(code, 64, "-o {bad}: {err}");
-        assert!(err.contains(bad), "{err}");
+        assert!(err.contains("bogus"), "{err}");
     }
 }

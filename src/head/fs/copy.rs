@@ -14,7 +14,7 @@
 
 use super::FsHead;
 use super::inode::Content;
-use super::ops::{FILE_MAX, regular};
+use super::ops::{FILE_MAX, check_write, regular};
 use crate::error::{Error, Posix, Result};
 use crate::head::Found;
 use crate::head::is_zero;
@@ -87,6 +87,7 @@ impl FsHead {
         self.txn(|t| {
             let from = regular(t.inode(src)?)?;
             let mut to = regular(t.inode(dst)?)?;
+            check_write(&to, first_dst * bs)?;
             let Content::Blocks(src_base) = from.content else {
                 return Err(Error::corrupt(format!("file {src} is inline past a block")));
             };

@@ -1,7 +1,7 @@
 //! Inode records and directory entry lists of fs volumes, as stored in the
 //! Merkle maps. Binary, with a version byte; see docs/FORMAT.md.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Posix, Result};
 use crate::head::overlay::Space;
 use crate::id::ChunkId;
 use crate::map::MapRoot;
@@ -11,6 +11,8 @@ pub const INODE_VERSION: u8 = 1;
 /// Key of the fs volume's own record (next inode number) in the inode map.
 /// Tags the optional tail of an inode record that lists further hard links.
 const LINKS_TAG: u8 = 1;
+/// Tags the optional tail of an inode record that holds its flags.
+const FLAGS_TAG: u8 = 2;
 pub const META_KEY: u64 = 0;
 pub const ROOT_INO: u64 = 1;
 /// Files up to this size live inside their inode record.
@@ -120,9 +122,59 @@ pub struct Inode {
     /// The other names of a file with several hard links (the first is
     /// `parent`/`name`), so its paths stay right whichever name goes.
     pub links: Vec<(u64, Bytes)>,
+    /// Inode flags (`chattr`), numbered as Linux's FS_IOC_GETFLAGS: see
+    /// [`FL_SETTABLE`].
+    pub flags: u32,
 }
 
+/// `chattr +i`: no change at all, to the inode or (for a directory) its names.
+pub const FL_IMMUTABLE: u32 = 0x10;
+/// `chattr +a`: data only appended; a directory only gains names.
+pub const FL_APPEND: u32 = 0x20;
+/// `chattr +d`: kept for backup tools (no effect here).
+pub const FL_NODUMP: u32 = 0x40;
+/// `chattr +A`: kept (access times are not recorded anyway).
+pub const FL_NOATIME: u32 = 0x80;
+/// The flags an inode may carry (tmpfs's set); others are refused.
+pub const FL_SETTABLE: u32 = FL_IMMUTABLE | FL_APPEND | FL_NODUMP | FL_NOATIME;
+
 impl Inode {
+    /// Whether a read at `now` records the access (the atime): every
+    /// read under `strict`, else (relatime) only when the last recorded
+    /// access is not after the last change or is a day old; never with
+    /// `chattr +A`.
+    pub fn access_due(&self, now: Time, strict: bool) -> bool {
+        const DAY: i64 = 24 * 60 * 60;
+        if self.flags & FL_NOATIME != 0 || self.atime == now {
+            return false;
+        }
+        strict
+            || self.atime <= self.mtime
+            || self.atime <= self.ctime
+            || now.secs.saturating_sub(self.atime.secs) >= DAY
+    }
+
+    /// EPERM if the inode is immutable or append-only (what may not
+    /// happen to either: removing or renaming it, changing its attributes,
+    /// rewriting its data or, for a directory, removing its names).
+    pub fn check_mutable(&self) -> Result<()> {
+        if self.flags & (FL_IMMUTABLE | FL_APPEND) != 0 {
+            let why = format!("inode {} is immutable or append-only", self.ino);
+            return Err(Error::posix(Posix::NotPermitted, why));
+        }
+        Ok(())
+    }
+
+    /// EPERM if the inode is immutable (an append-only file may grow and
+    /// an append-only directory gain names).
+    pub fn check_not_immutable(&self) -> Result<()> {
+        if self.flags & FL_IMMUTABLE != 0 {
+            let why = format!("inode {} is immutable", self.ino);
+            return Err(Error::posix(Posix::NotPermitted, why));
+        }
+        Ok(())
+    }
+
     pub fn content_root(&self, space: Space) -> Result<MapRoot> {
         match (space, &self.content) {
             (Space::File, Content::Blocks(r)) | (Space::Dir, Content::Entries(r)) => Ok(*r),
@@ -191,6 +243,10 @@ impl Inode {
                 put_bytes16(&mut w, name);
             }
         }
+        if self.flags != 0 {
+            w.push(FLAGS_TAG);
+            w.extend_from_slice(&self.flags.to_le_bytes());
+        }
         w
     }
 
@@ -247,16 +303,27 @@ impl Inode {
             xattrs.push((r.bytes16()?, r.bytes32()?));
         }
         let mut links = Vec::new();
-        if r.pos < r.b.len() {
-            if r.u8()? != LINKS_TAG {
-                return Err(Error::corrupt("inode record tail is unknown"));
+        let mut flags = 0;
+        // Tail sections, each optional, in tag order.
+        let mut last_tag = 0;
+        while r.pos < r.b.len() {
+            let tag = r.u8()?;
+            if tag <= last_tag {
+                return Err(Error::corrupt("inode record tail is out of order"));
             }
-            let n = r.u32()?;
-            if n as usize > r.b.len() {
-                return Err(Error::corrupt("inode link count is impossible"));
-            }
-            for _ in 0..n {
-                links.push((r.u64()?, r.bytes16()?));
+            last_tag = tag;
+            match tag {
+                LINKS_TAG => {
+                    let n = r.u32()?;
+                    if n as usize > r.b.len() {
+                        return Err(Error::corrupt("inode link count is impossible"));
+                    }
+                    for _ in 0..n {
+                        links.push((r.u64()?, r.bytes16()?));
+                    }
+                }
+                FLAGS_TAG => flags = r.u32()?,
+                _ => return Err(Error::corrupt("inode record tail is unknown")),
             }
         }
         r.finish()?;
@@ -279,6 +346,7 @@ impl Inode {
             content,
             xattrs,
             links,
+            flags,
         })
     }
 }
@@ -484,6 +552,7 @@ mod tests {
             content: Content::Entries(Some(ChunkId([3; 32]))),
             xattrs: vec![(Bytes::from_static(b"user.a"), Bytes::from_static(b"1"))],
             links: Vec::new(),
+            flags: 0,
         };
         let enc = Bytes::from(i.encode());
         assert_eq!(Inode::decode(&enc).unwrap(), i);
@@ -501,6 +570,22 @@ mod tests {
         let plain = Inode { links: Vec::new(), ..linked.clone() }.encode().len();
         for n in (0..enc.len()).filter(|n| *n != plain) {
             assert!(Inode::decode(&enc.slice(..n)).is_err(), "truncated at {n}");
+        }
+        // Flags follow the links; a record with only flags, or both, round-trips.
+        for links in [Vec::new(), linked.links.clone()] {
+            let flagged = Inode { flags: FL_IMMUTABLE | FL_NODUMP, links, ..linked.clone() };
+            let enc = Bytes::from(flagged.encode());
+            assert_eq!(Inode::decode(&enc).unwrap(), flagged);
+            let mut swapped = enc.to_vec();
+            if !flagged.links.is_empty() {
+                // Sections out of order are refused.
+                let at = plain;
+                let tail = swapped.split_off(at);
+                let (links, flags) = tail.split_at(tail.len() - 5);
+                swapped.extend_from_slice(flags);
+                swapped.extend_from_slice(links);
+                assert!(Inode::decode(&Bytes::from(swapped)).is_err());
+            }
         }
         let mut moved = linked.clone();
         moved.drop_link(1, b"src");

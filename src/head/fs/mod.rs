@@ -89,6 +89,7 @@ pub fn initial_root(nodes: &dyn NodeStore) -> Result<MapRoot> {
         content: Content::Entries(None),
         xattrs: Vec::new(),
         links: Vec::new(),
+        flags: 0,
     };
     Map::new(nodes).apply(
         None,

@@ -5,7 +5,7 @@
 
 use super::FsHead;
 use super::acl;
-use super::inode::{Content, FileKind, INLINE_MAX, Inode, Time};
+use super::inode::{Content, FL_APPEND, FL_SETTABLE, FileKind, INLINE_MAX, Inode, Time};
 use super::reader::check_name;
 use super::txn::{Txn, name_of};
 use crate::error::{Error, Posix, Result};
@@ -119,6 +119,7 @@ impl FsHead {
         self.head().wait_for_uploads();
         self.txn(|t| {
             let mut inode = file(t, ino)?;
+            check_write(&inode, offset)?;
             let new_size = inode.size.max(end);
             match &inode.content {
                 Content::Inline(old) if new_size as usize <= INLINE_MAX => {
@@ -156,6 +157,7 @@ impl FsHead {
         }
         self.txn(|t| {
             let mut inode = if attr.size.is_some() { file(t, ino)? } else { t.inode(ino)? };
+            inode.check_mutable()?;
             if let Some(size) = attr.size {
                 resize(self, t, &mut inode, size)?;
                 inode.mtime = t.now;
@@ -182,6 +184,30 @@ impl FsHead {
         })
     }
 
+    /// Records a read of `ino` at `at`: its atime only (no ctime change,
+    /// as a read changes nothing else).
+    pub fn set_atime(&self, ino: u64, at: Time) -> Result<()> {
+        self.txn(|t| {
+            let mut inode = t.inode(ino)?;
+            inode.atime = at;
+            t.put(inode);
+            Ok(())
+        })
+    }
+
+    /// Sets an inode's flags (`chattr`; who may is the kernel's check):
+    /// EOPNOTSUPP for a flag outside [`FL_SETTABLE`].
+    pub fn set_flags(&self, ino: u64, flags: u32) -> Result<()> {
+        if flags & !FL_SETTABLE != 0 {
+            let why = format!("inode flags {:#x} are not supported", flags & !FL_SETTABLE);
+            return Err(Error::posix(Posix::Unsupported, why));
+        }
+        self.inode_txn(ino, |inode| {
+            inode.flags = flags;
+            Ok(())
+        })
+    }
+
     /// Zeroes `len` bytes at `offset` of a file, within its size (punching
     /// whole blocks into holes).
     pub fn punch_hole(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
@@ -205,6 +231,7 @@ impl FsHead {
             end.ok_or_else(|| Error::posix(Posix::FileTooBig, "range beyond the largest file"))?;
         self.txn(|t| {
             let mut inode = file(t, ino)?;
+            inode.check_mutable()?;
             let zero_end = end.min(inode.size);
             let mut changed = false;
             if zero && zero_end > offset {
@@ -260,9 +287,10 @@ impl FsHead {
             return Err(Error::posix(Posix::NotEmpty, "cannot remove \"..\""));
         }
         self.txn(|t| {
-            t.dir(dir)?;
+            t.dir(dir)?.check_mutable()?;
             let e = t.entry(dir, name)?;
             let target = t.inode(e.ino)?;
+            target.check_mutable()?;
             let is_dir = target.kind == FileKind::Dir;
             if want_dir && !is_dir {
                 let why = format!("{} is not a directory", name_of(name));
@@ -301,13 +329,14 @@ impl FsHead {
             if inode.nlink == 0 {
                 return Err(Error::posix(Posix::NoEntry, format!("inode {ino} was removed")));
             }
+            inode.check_mutable()?;
             if inode.nlink >= LINK_MAX {
                 return Err(Error::posix(
                     Posix::TooManyLinks,
                     format!("inode {ino}: too many links"),
                 ));
             }
-            t.dir(dir)?;
+            t.dir(dir)?.check_not_immutable()?;
             if t.find(dir, name)?.is_some() {
                 return Err(Error::posix(Posix::Exists, format!("{} exists", name_of(name))));
             }
@@ -413,6 +442,7 @@ fn make_in(t: &mut Txn<'_>, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result
         _ => (Content::None, 0, 1),
     };
     let mut parent = t.dir(dir)?;
+    parent.check_not_immutable()?;
     if t.find(dir, name)?.is_some() {
         return Err(Error::posix(Posix::Exists, format!("{} exists", name_of(name))));
     }
@@ -445,6 +475,7 @@ fn make_in(t: &mut Txn<'_>, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result
         content,
         xattrs,
         links: Vec::new(),
+        flags: 0,
     };
     t.add_entry(dir, name, ino, node.kind)?;
     (parent.mtime, parent.ctime) = (t.now, t.now);
@@ -454,6 +485,17 @@ fn make_in(t: &mut Txn<'_>, dir: u64, name: &[u8], node: &NewNode<'_>) -> Result
     t.put(parent);
     t.put(inode.clone());
     Ok(inode)
+}
+
+/// EPERM for a write at `offset` into an immutable file, or into an
+/// append-only one before its end.
+pub(super) fn check_write(inode: &Inode, offset: u64) -> Result<()> {
+    inode.check_not_immutable()?;
+    if inode.flags & FL_APPEND != 0 && offset < inode.size {
+        let why = format!("inode {} is append-only", inode.ino);
+        return Err(Error::posix(Posix::NotPermitted, why));
+    }
+    Ok(())
 }
 
 /// A regular file (EISDIR for a directory, EINVAL for anything else).

@@ -13,12 +13,19 @@ pub(super) fn rename(
     mode: RenameMode,
     open: &dyn Fn(u64) -> bool,
 ) -> Result<()> {
-    t.dir(dir)?;
+    let from_dir = t.dir(dir)?;
     let src_e = t.entry(dir, name)?;
-    t.dir(new_dir)?;
+    let to_dir = t.dir(new_dir)?;
     let dst_e = t.find(new_dir, new_name)?;
     if dir == new_dir && name == new_name {
         return Ok(());
+    }
+    // A name leaves `dir` (and one in `new_dir`, if replaced): neither may
+    // be immutable or append-only; a name only added needs no immutable.
+    from_dir.check_mutable()?;
+    match dst_e {
+        Some(_) => to_dir.check_mutable()?,
+        None => to_dir.check_not_immutable()?,
     }
     match (mode, &dst_e) {
         (RenameMode::NoReplace, Some(_)) => {
@@ -31,6 +38,7 @@ pub(super) fn rename(
         _ => {}
     }
     let src = t.inode(src_e.ino)?;
+    src.check_mutable()?;
     if src.kind == FileKind::Dir && dir != new_dir {
         not_below(t, src.ino, new_dir)?;
     }
@@ -40,6 +48,7 @@ pub(super) fn rename(
             return Ok(());
         }
         let dst = t.inode(d.ino)?;
+        dst.check_mutable()?;
         if mode == RenameMode::Exchange {
             return exchange(t, (dir, name, src), (new_dir, new_name, dst));
         }

@@ -59,6 +59,7 @@ impl FsHead {
             return Err(Error::posix(Posix::TooBig, "attribute value larger than 64 KiB"));
         }
         self.inode_txn(ino, |inode| {
+            inode.check_mutable()?;
             let pos = inode.xattrs.iter().position(|(k, _)| k == name);
             match (mode, pos) {
                 (XattrMode::Create, Some(_)) => {
@@ -99,6 +100,7 @@ impl FsHead {
     pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         check_attr_name(name)?;
         self.inode_txn(ino, |inode| {
+            inode.check_mutable()?;
             let pos = inode.xattrs.iter().position(|(k, _)| k == name);
             inode.xattrs.remove(pos.ok_or_else(|| no_attr(name))?);
             Ok(())

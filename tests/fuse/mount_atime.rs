@@ -1,0 +1,92 @@
+//! Access times in the mount: `relatime` (the default) beside ext4 (which
+//! /tmp is mounted with), `strictatime` and `noatime`; reads change no
+//! version's diff.
+
+use crate::common::mount::{Mounted, diff, new_store, require_tool, run};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+fn atime(p: &Path) -> (i64, i64) {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.atime(), m.atime_nsec())
+}
+
+/// The access time set two days back (as `touch -a -d` does).
+fn set_back(p: &Path) {
+    run(Command::new("touch").args(["-a", "-d", "2 days ago"]).arg(p));
+}
+
+/// What each step did to the access time: "recorded" or "kept".
+fn story(dir: &Path) -> Vec<String> {
+    let (f, d) = (dir.join("f"), dir.join("d"));
+    std::fs::write(&f, b"data").unwrap();
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("x"), b"x").unwrap();
+    let mut out = Vec::new();
+    let mut step = |label: &str, p: &Path, action: &dyn Fn()| {
+        let before = atime(p);
+        action();
+        let what = if atime(p) == before { "kept" } else { "recorded" };
+        out.push(format!("{label}: {what}"));
+    };
+    let read = || drop(std::fs::read(&f).unwrap());
+    let list = || {
+        let _ = std::fs::read_dir(&d).unwrap().count();
+    };
+    set_back(&f);
+    step("read, last access two days back", &f, &read);
+    step("read again", &f, &read);
+    // A write, whose bytes the kernel's page cache keeps: the read after it
+    // must still reach the mount.
+    let append = |b: &[u8]| {
+        use std::io::Write;
+        std::fs::OpenOptions::new().append(true).open(&f).unwrap().write_all(b).unwrap();
+    };
+    append(b" more");
+    step("read after a change", &f, &read);
+    step("read again after the change", &f, &read);
+    set_back(&d);
+    step("list, last access two days back", &d, &list);
+    step("list again", &d, &list);
+    run(Command::new("chattr").args(["+A"]).arg(&f));
+    set_back(&f);
+    step("read with chattr +A", &f, &read);
+    run(Command::new("chattr").args(["-A"]).arg(&f));
+    out
+}
+
+#[test]
+fn relatime_by_default_as_on_ext4_and_strictatime_and_noatime_on_request() {
+    require_tool("chattr");
+    let ext4 = crate::common::mount::ext4_reference_dir();
+    let native = story(ext4.path());
+    let want = [
+        "read, last access two days back: recorded",
+        "read again: kept",
+        "read after a change: recorded",
+        "read again after the change: kept",
+        "list, last access two days back: recorded",
+        "list again: kept",
+        "read with chattr +A: kept",
+    ];
+    assert_eq!(native, want, "ext4 (relatime) itself, the reference");
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "rel", &[]);
+    assert_eq!(story(m.dir()), native, "the same steps in a default mount");
+
+    // Reads record access times but change nothing a diff shows.
+    crate::common::ok(&store, &["snapshot", "rel", "--name", "before"]);
+    set_back(&m.path("f"));
+    crate::common::ok(&store, &["snapshot", "rel", "--name", "set-back"]);
+    std::fs::read(m.path("f")).unwrap();
+    std::fs::read(m.path(".forkfs/versions/before/f")).unwrap();
+    assert!(diff(&store, "rel@set-back", "rel").is_empty(), "a read shows in no diff");
+
+    let strict = Mounted::new(&store, "strict", &["-o", "strictatime"]);
+    let s = story(strict.dir());
+    assert_eq!(s[1], "read again: recorded", "strictatime records every read: {s:?}");
+    let never = Mounted::new(&store, "never", &["-o", "noatime"]);
+    let n = story(never.dir());
+    assert!(n.iter().all(|l| l.ends_with("kept")), "noatime records no read: {n:?}");
+}

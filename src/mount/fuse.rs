@@ -618,6 +618,9 @@ impl Fuse {
                 return Err(Error::posix(Posix::Unsupported, "fallocate mode not supported"));
             }
         };
+        if !zero {
+            self.ws.check_room(ino, offset, length)?;
+        }
         head.fallocate(ino, offset, length, zero, keep_size)
     }
 }

@@ -199,6 +199,22 @@ impl Workspace {
         n
     }
 
+    /// fallocate(2) that allocates `[offset, offset + len)` of file `ino`:
+    /// ENOSPC when the disk under the store has less room than the part of
+    /// the range that holds no data yet, as a filesystem that reserves the
+    /// space would answer (the store writes blocks only when they are).
+    pub fn check_room(&self, ino: u64, offset: u64, len: u64) -> Result<(), Error> {
+        let r = self.reader();
+        let held = r.allocated_in(&r.inode(ino)?, offset, len)?;
+        let (_, _, avail, bsize) = super::statfs_of(self.store.dir());
+        let room = avail.saturating_mul(u64::from(bsize));
+        if len.saturating_sub(held) > room {
+            let why = format!("fallocate of {len} bytes: {room} bytes free under the store");
+            return Err(Error::posix(Posix::NoSpace, why));
+        }
+        Ok(())
+    }
+
     /// Reads file bytes anywhere in the mount (recording the access when
     /// due).
     pub fn read(&self, fuse_ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Error> {

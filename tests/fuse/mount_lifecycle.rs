@@ -299,6 +299,34 @@ fn a_command_to_a_stopped_holder_returns_within_a_bound() {
     assert_eq!(std::fs::read(out.join("a")).unwrap(), b"before the stop");
 }
 
+/// fallocate asks for room: more than the disk under the store has fails
+/// with ENOSPC, as on that disk itself (a 64 MiB tmpfs), and what fits is
+/// granted; allocating what a file already holds needs no room.
+#[test]
+fn fallocate_beyond_the_store_disk_fails_with_enospc_as_on_the_disk_itself() {
+    use std::os::unix::io::AsRawFd;
+    let outer = tempfile::tempdir().unwrap();
+    let small = outer.path().join("small");
+    let tmpfs = Tmpfs::mount(&small, "size=64m");
+    let store = small.join("store");
+    ok(&store, &["init"]);
+    let m = Mounted::new(&store, "room", &["--checkpoint-every", "0"]);
+    let fallocate = |p: &std::path::Path, len: i64| {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap();
+        let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) };
+        if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error().raw_os_error()) }
+    };
+    for (dir, what) in [(small.as_path(), "the tmpfs itself"), (m.dir(), "the mount")] {
+        assert_eq!(fallocate(&dir.join("huge"), 1 << 30), Err(Some(libc::ENOSPC)), "{what}");
+        assert_eq!(fallocate(&dir.join("fits"), 1 << 20), Ok(()), "{what}");
+    }
+    std::fs::write(m.path("held"), vec![7u8; 8 << 20]).unwrap();
+    let fill = tmpfs.fill(0);
+    assert_eq!(fallocate(&m.path("held"), 8 << 20), Ok(()), "a range already held");
+    assert_eq!(fallocate(&m.path("more"), 8 << 20), Err(Some(libc::ENOSPC)), "on a full disk");
+    std::fs::remove_file(fill).unwrap();
+}
+
 /// The disk under the store fills while a workspace is mounted: writes
 /// that cannot reach the store fail (at the write or at fsync, never
 /// acknowledged by a successful fsync), `forkfs snapshot` fails in one

@@ -200,13 +200,23 @@ impl<'a> FsReader<'a> {
     /// `st_blocks` reports. Small files kept in their record count their
     /// size. Cost: the blocks of the file.
     pub fn allocated(&self, inode: &Inode) -> Result<u64> {
+        self.allocated_in(inode, 0, inode.size)
+    }
+
+    /// [`FsReader::allocated`] within `[offset, offset + len)` (whole
+    /// blocks; nothing past the end of the file).
+    pub fn allocated_in(&self, inode: &Inode, offset: u64, len: u64) -> Result<u64> {
+        let end = offset.saturating_add(len).min(inode.size);
+        if end <= offset {
+            return Ok(0);
+        }
         match &inode.content {
-            Content::Blocks(base) if inode.size > 0 => {
-                let last = (inode.size - 1) / self.block_size;
-                let n = self.blocks(inode.ino, *base).allocated(0, last)?.len() as u64;
+            Content::Blocks(base) => {
+                let (first, last) = (offset / self.block_size, (end - 1) / self.block_size);
+                let n = self.blocks(inode.ino, *base).allocated(first, last)?.len() as u64;
                 Ok(n * self.block_size)
             }
-            _ => Ok(inode.size),
+            _ => Ok(end - offset),
         }
     }
 

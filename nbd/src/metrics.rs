@@ -20,6 +20,8 @@ const BUCKETS: [f64; 14] =
 /// The largest request head read, and how long a scrape may take to send it.
 const MAX_HEAD: usize = 8 << 10;
 const HEAD_TIME: Duration = Duration::from_secs(5);
+/// Scrapes served at once (a scraper takes one; Prometheus, a few).
+pub const MAX_SCRAPES: usize = 8;
 
 /// Request latencies of one kind.
 #[derive(Default)]
@@ -174,7 +176,12 @@ fn label(v: &str) -> String {
 
 /// Serves `GET /metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, src: Arc<Sources>) {
+    // Scrapes at once: more wait in the kernel's backlog, unaccepted, so a
+    // flood of idle connections holds neither memory nor descriptors the
+    // NBD listeners need.
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else { return };
         let Ok((mut s, _)) = listener.accept().await else {
             // Out of descriptors, say: try again later, without spinning.
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -182,6 +189,7 @@ pub async fn serve(listener: TcpListener, src: Arc<Sources>) {
         };
         let src = src.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let head = tokio::time::timeout(HEAD_TIME, read_head(&mut s)).await;
             let reply = match head {
                 Ok(Ok(h)) if h.starts_with("GET /metrics ") || h.starts_with("GET /metrics?") => {

@@ -67,6 +67,42 @@ fn logs_are_json_lines_when_asked() {
     assert!(log.contains("\"listening (unix)\""), "{log}");
 }
 
+/// A flood of idle connections to `--metrics` holds no more than a few
+/// descriptors in the server (the rest wait unaccepted in the kernel's
+/// backlog), NBD clients are served meanwhile, and once the flood is gone
+/// a scrape is answered. Negative control (by hand, the scrape cap
+/// removed): the server held one descriptor per idle connection, 100 more,
+/// and the test failed.
+#[test]
+fn a_flood_of_idle_metrics_connections_holds_few_descriptors() {
+    use std::io::{Read, Write};
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    srv.spawn(&["--metrics", "127.0.0.1:0"]);
+    let log = srv.log();
+    let line = log.lines().find(|l| l.contains("metrics (GET /metrics)")).unwrap();
+    let addr = line.split("addr=").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    let pid = srv.child.as_ref().unwrap().id();
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let before = fds();
+    // Within the listen backlog (128): every connect completes at once.
+    let idle: Vec<_> = (0..100).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let during = fds();
+    assert!(
+        during <= before + 8 + 2,
+        "{before} descriptors before, {during} with 100 idle scrapers"
+    );
+    let out = run("nbdsh", &["-u", &srv.uri("disk"), "-c", "assert h.pread(512, 0) == bytes(512)"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    drop(idle);
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    srv.stop();
+}
+
 /// `--metrics ADDR`: `GET /metrics` answers in Prometheus' text format
 /// with the export's requests, bytes and latency histograms (after a
 /// client wrote, flushed and read); another path is 404; a public address

@@ -58,7 +58,7 @@ impl Graph {
             head.check_live()?;
             let state = head.state();
             let clean = head.is_clean()?;
-            if clean
+            if head.is_clean_but_accesses()?
                 && opts.skip_if_clean
                 && opts.name.is_none()
                 && let Some(base) = state.base

@@ -173,6 +173,12 @@ pub struct Head {
     /// One checkpoint (or restore) of this head at a time.
     pub(crate) checkpoint: Mutex<()>,
     deleted: AtomicBool,
+    /// Every change since the last checkpoint is an access time (an fs
+    /// volume read under relatime): an automatic version skips the head
+    /// as if clean, so reads alone make no versions (the access times
+    /// stay in the overlay until the next change is saved). False after a
+    /// restart, when the overlay's content is not known.
+    pub(crate) accessed_only: AtomicBool,
     /// The state only block volumes have (range tombstones, deferred
     /// persistence); `None` for fs volumes.
     block: Option<block::State>,
@@ -266,6 +272,7 @@ impl Head {
             ns: Mutex::new(()),
             checkpoint: Mutex::new(()),
             deleted: AtomicBool::new(false),
+            accessed_only: AtomicBool::new(false),
             block,
             fence,
         };
@@ -515,6 +522,12 @@ impl Head {
     /// True when nothing was written since the last checkpoint.
     pub fn is_clean(&self) -> Result<bool> {
         self.overlay().is_empty()
+    }
+
+    /// Nothing but access times changed since the last checkpoint (see
+    /// `accessed_only`): an automatic version need not be taken.
+    pub fn is_clean_but_accesses(&self) -> Result<bool> {
+        Ok(self.accessed_only.load(std::sync::atomic::Ordering::Acquire) || self.is_clean()?)
     }
 
     /// Makes every acknowledged write durable on local disk.

@@ -134,6 +134,9 @@ impl Filesystem for Fuse {
             uid,
             gid,
             size,
+            times_now: [atime, mtime]
+                .iter()
+                .all(|t| !matches!(t, Some(TimeOrNow::SpecificTime(_)))),
             atime: atime.map(kernel_time),
             mtime: mtime.map(kernel_time),
         };
@@ -283,7 +286,8 @@ impl Filesystem for Fuse {
         answer!(reply, r, |i| {
             // A read that records the access must reach the mount: the
             // kernel's cached pages of this file are dropped then.
-            let cache = match self.ws.access_due(ino.0, &i) {
+            let reads = flags.0 & libc::O_ACCMODE != libc::O_WRONLY;
+            let cache = match reads && self.ws.access_due(ino.0, &i) {
                 true => FopenFlags::empty(),
                 false => FopenFlags::FOPEN_KEEP_CACHE,
             };
@@ -345,7 +349,7 @@ impl Filesystem for Fuse {
     /// set them is checked by the kernel first.
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -354,15 +358,26 @@ impl Filesystem for Fuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        // FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (and their 32-bit forms);
-        // FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (struct fsxattr, the
-        // same flags as "xflags"; the kernel reads them before a set).
-        const GET: [u32; 2] = [0x8008_6601, 0x8004_6601];
-        const SET: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        // FS_IOC_GETFLAGS and FS_IOC_SETFLAGS; FS_IOC_FSGETXATTR and
+        // FS_IOC_FSSETXATTR (struct fsxattr, the same flags as "xflags";
+        // the kernel reads them before a set). The kernel checks these
+        // native numbers itself (owner, CAP_LINUX_IMMUTABLE) before they
+        // arrive; other numbers reach a filesystem unchecked, so the
+        // 32-bit forms are refused, and the checks are made again below.
+        const GET: [u32; 1] = [0x8008_6601];
+        const SET: [u32; 1] = [0x4008_6602];
         const FSGETXATTR: u32 = 0x801c_581f;
         const FSSETXATTR: u32 = 0x401c_5820;
         let set = |flags: Result<u32, Error>| -> Result<Vec<u8>, Error> {
-            self.ws.head()?.set_flags(self.ws.own(ino.0)?, flags?)?;
+            let (head, own, flags) = (self.ws.head()?, self.ws.own(ino.0)?, flags?);
+            let i = self.ws.inode(own)?;
+            let root = req.uid() == 0;
+            let locks = forkfs::fs::FL_IMMUTABLE | forkfs::fs::FL_APPEND;
+            if !root && (req.uid() != i.uid || (i.flags ^ flags) & locks != 0) {
+                let why = "only the owner sets inode flags, and only root immutable or append-only";
+                return Err(Error::posix(Posix::NotPermitted, why));
+            }
+            head.set_flags(own, flags)?;
             Ok(Vec::new())
         };
         let bad = || Err(Error::posix(Posix::Invalid, "ioctl argument too short"));

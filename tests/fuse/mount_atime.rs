@@ -83,10 +83,40 @@ fn relatime_by_default_as_on_ext4_and_strictatime_and_noatime_on_request() {
     std::fs::read(m.path(".forkfs/versions/before/f")).unwrap();
     assert!(diff(&store, "rel@set-back", "rel").is_empty(), "a read shows in no diff");
 
+    // Nor do they make versions: the periodic checkpoint after reads
+    // alone takes none (the access times wait for the next change).
+    let every = Mounted::new(&store, "every", &["--checkpoint-every", "1s"]);
+    std::fs::write(every.path("f"), b"data").unwrap();
+    let versions = || crate::common::json(&store, &["log", "every"]).as_array().unwrap().len();
+    let settled = wait_for_versions(&versions);
+    let before = atime(&every.path("f"));
+    std::fs::read(every.path("f")).unwrap();
+    assert_ne!(atime(&every.path("f")), before, "the read recorded its access");
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    assert_eq!(versions(), settled, "reads alone made a version");
+    std::fs::write(every.path("g"), b"a change").unwrap();
+    assert!(wait_for_versions(&versions) > settled, "a change makes one");
+
     let strict = Mounted::new(&store, "strict", &["-o", "strictatime"]);
     let s = story(strict.dir());
     assert_eq!(s[1], "read again: recorded", "strictatime records every read: {s:?}");
     let never = Mounted::new(&store, "never", &["-o", "noatime"]);
     let n = story(never.dir());
     assert!(n.iter().all(|l| l.ends_with("kept")), "noatime records no read: {n:?}");
+}
+
+/// The number of versions once the periodic checkpoint stopped adding
+/// them (the same for 2.5 s), at most 30 s.
+fn wait_for_versions(count: &dyn Fn() -> usize) -> usize {
+    let (mut last, mut since) = (count(), std::time::Instant::now());
+    let start = std::time::Instant::now();
+    while since.elapsed() < std::time::Duration::from_millis(2500) {
+        assert!(start.elapsed().as_secs() < 30, "versions kept coming");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let n = count();
+        if n != last {
+            (last, since) = (n, std::time::Instant::now());
+        }
+    }
+    last
 }

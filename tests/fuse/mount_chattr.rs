@@ -34,6 +34,10 @@ step "truncate append-only" truncate -s 0 f
 step "chmod append-only" chmod 600 f
 step "remove append-only" rm -f f
 step "rename append-only" mv f f2
+step "touch append-only" touch f
+step "touch append-only to a chosen time" touch -d '2020-01-01' f
+step "fallocate append-only" fallocate -l 1M f
+step "punch a hole in append-only" fallocate -p -o 0 -l 4096 f
 cat f
 chattr -a f
 chattr +i d; flags d
@@ -48,12 +52,25 @@ step "rename in append-only dir" mv d/g d/h
 chattr -a d
 chattr +d +A f; flags f
 chattr =i f
+echo theirs > own; chown nobody own
+step "another user sets +i on its own file" su nobody -s /bin/sh -c 'chattr +i own'
+step "another user sets +d on its own file" su nobody -s /bin/sh -c 'chattr +d own'
+step "another user sets +d on root's file" su nobody -s /bin/sh -c 'chattr +d f'
+step "another user's 32-bit SETFLAGS" su nobody -s /bin/sh -c "python3 -c '
+import fcntl, os, struct, sys
+try: fcntl.ioctl(os.open(\"own\", os.O_RDONLY), 0x40046602, struct.pack(\"I\", 0x10))
+except OSError as e: sys.exit(e.strerror)'"
+flags own
+chattr -d own
 "#;
 
 fn story(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    // Another user reaches the files.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = run(Command::new("sh").arg("-c").arg(STEPS).current_dir(dir));
     // Flags off again, so the directory can be cleaned up.
-    run(Command::new("chattr").args(["-i", "-a", "-d", "-A", "f"]).current_dir(dir));
+    run(Command::new("chattr").args(["-i", "-a", "-d", "-A", "f", "d", "own"]).current_dir(dir));
     out.lines().map(str::to_string).collect()
 }
 
@@ -75,6 +92,11 @@ fn immutable_and_append_only_are_enforced_as_on_ext4() {
         "setxattr immutable: Operation not permitted",
         "create in append-only dir: ok",
         "remove from append-only dir: Operation not permitted",
+        "touch append-only: ok",
+        "touch append-only to a chosen time: Operation not permitted",
+        "another user sets +i on its own file: Operation not permitted while setting flags on own",
+        "another user's 32-bit SETFLAGS: Inappropriate ioctl for device",
+        "another user sets +d on its own file: ok",
     ] {
         assert!(native.iter().any(|l| l == line), "ext4 did not show {line:?}: {native:#?}");
     }

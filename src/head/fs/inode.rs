@@ -133,7 +133,7 @@ pub const FL_IMMUTABLE: u32 = 0x10;
 pub const FL_APPEND: u32 = 0x20;
 /// `chattr +d`: kept for backup tools (no effect here).
 pub const FL_NODUMP: u32 = 0x40;
-/// `chattr +A`: kept (access times are not recorded anyway).
+/// `chattr +A`: reads record no access time.
 pub const FL_NOATIME: u32 = 0x80;
 /// The flags an inode may carry (tmpfs's set); others are refused.
 pub const FL_SETTABLE: u32 = FL_IMMUTABLE | FL_APPEND | FL_NODUMP | FL_NOATIME;

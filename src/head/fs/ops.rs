@@ -26,6 +26,9 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<Time>,
     pub mtime: Option<Time>,
+    /// The times given are "now" (utimensat's UTIME_NOW, `touch`), not
+    /// chosen by the caller.
+    pub times_now: bool,
 }
 
 /// A new inode's type and attributes.
@@ -157,7 +160,13 @@ impl FsHead {
         }
         self.txn(|t| {
             let mut inode = if attr.size.is_some() { file(t, ino)? } else { t.inode(ino)? };
-            inode.check_mutable()?;
+            // Setting the times to now (`touch`) is the one change an
+            // append-only inode takes, as on Linux.
+            let touch = attr.times_now && attr.perm.is_none() && attr.uid.is_none();
+            match touch && attr.gid.is_none() && attr.size.is_none() {
+                true => inode.check_not_immutable()?,
+                false => inode.check_mutable()?,
+            }
             if let Some(size) = attr.size {
                 resize(self, t, &mut inode, size)?;
                 inode.mtime = t.now;
@@ -191,6 +200,7 @@ impl FsHead {
             let mut inode = t.inode(ino)?;
             inode.atime = at;
             t.put(inode);
+            t.access_only = true;
             Ok(())
         })
     }
@@ -231,7 +241,11 @@ impl FsHead {
             end.ok_or_else(|| Error::posix(Posix::FileTooBig, "range beyond the largest file"))?;
         self.txn(|t| {
             let mut inode = file(t, ino)?;
-            inode.check_mutable()?;
+            // Zeroing rewrites data; allocating only grows (append-only may).
+            match zero {
+                true => inode.check_mutable()?,
+                false => inode.check_not_immutable()?,
+            }
             let zero_end = end.min(inode.size);
             let mut changed = false;
             if zero && zero_end > offset {

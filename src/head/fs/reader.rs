@@ -31,6 +31,9 @@ pub struct FsReader<'a> {
     pub block_size: u64,
 }
 
+/// The most blocks [`FsReader::allocated_in`] counts one by one.
+pub const COUNTED_BLOCKS: u64 = 1 << 18;
+
 impl<'a> FsReader<'a> {
     /// The fs record (next inode number, orphans).
     pub(crate) fn meta(&self) -> Result<Meta> {
@@ -204,7 +207,9 @@ impl<'a> FsReader<'a> {
     }
 
     /// [`FsReader::allocated`] within `[offset, offset + len)` (whole
-    /// blocks; nothing past the end of the file).
+    /// blocks; nothing past the end of the file). A range of more than
+    /// [`COUNTED_BLOCKS`] blocks counts as all held (counting it would
+    /// cost memory and time in proportion).
     pub fn allocated_in(&self, inode: &Inode, offset: u64, len: u64) -> Result<u64> {
         let end = offset.saturating_add(len).min(inode.size);
         if end <= offset {
@@ -213,6 +218,9 @@ impl<'a> FsReader<'a> {
         match &inode.content {
             Content::Blocks(base) => {
                 let (first, last) = (offset / self.block_size, (end - 1) / self.block_size);
+                if last - first >= COUNTED_BLOCKS {
+                    return Ok(end - offset);
+                }
                 let n = self.blocks(inode.ino, *base).allocated(first, last)?.len() as u64;
                 Ok(n * self.block_size)
             }

@@ -20,13 +20,6 @@ pub(super) fn rename(
     if dir == new_dir && name == new_name {
         return Ok(());
     }
-    // A name leaves `dir` (and one in `new_dir`, if replaced): neither may
-    // be immutable or append-only; a name only added needs no immutable.
-    from_dir.check_mutable()?;
-    match dst_e {
-        Some(_) => to_dir.check_mutable()?,
-        None => to_dir.check_not_immutable()?,
-    }
     match (mode, &dst_e) {
         (RenameMode::NoReplace, Some(_)) => {
             return Err(Error::posix(Posix::Exists, format!("{} exists", name_of(new_name))));
@@ -38,15 +31,23 @@ pub(super) fn rename(
         _ => {}
     }
     let src = t.inode(src_e.ino)?;
+    if dst_e.as_ref().is_some_and(|d| d.ino == src.ino) {
+        // Two links of one file: rename(2) does nothing.
+        return Ok(());
+    }
+    // A name leaves `dir` (and one in `new_dir`, if replaced): neither may
+    // be immutable or append-only, nor may what they name; a name only
+    // added needs a directory that is not immutable.
+    from_dir.check_mutable()?;
+    match dst_e {
+        Some(_) => to_dir.check_mutable()?,
+        None => to_dir.check_not_immutable()?,
+    }
     src.check_mutable()?;
     if src.kind == FileKind::Dir && dir != new_dir {
         not_below(t, src.ino, new_dir)?;
     }
     if let Some(d) = dst_e {
-        if d.ino == src.ino {
-            // Two links of one file: rename(2) does nothing.
-            return Ok(());
-        }
         let dst = t.inode(d.ino)?;
         dst.check_mutable()?;
         if mode == RenameMode::Exchange {

@@ -13,6 +13,7 @@ use crate::head::overlay::{Dirty, Space};
 use bytes::Bytes;
 use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 pub(super) struct Txn<'a> {
     head: &'a Head,
@@ -27,6 +28,8 @@ pub(super) struct Txn<'a> {
     meta: Option<(Meta, Meta)>,
     pub b: WriteBatch,
     pub now: Time,
+    /// This transaction records an access time and nothing else.
+    pub access_only: bool,
 }
 
 pub(super) fn name_of(name: &[u8]) -> String {
@@ -44,6 +47,7 @@ impl<'a> Txn<'a> {
             meta: None,
             b: WriteBatch::default(),
             now: Time::now(),
+            access_only: false,
         }
     }
 
@@ -194,6 +198,12 @@ impl<'a> Txn<'a> {
         if let Some((_, m)) = self.meta.as_ref().filter(|_| meta_changed) {
             o.put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(Bytes::from(m.encode())));
         }
-        self.head.db().write(b, false)
+        // Under the namespace lock: fs changes are ordered, so "only
+        // accesses since the last checkpoint" stays exact.
+        let only = self.access_only
+            && (self.head.accessed_only.load(Ordering::Acquire) || o.is_empty()?);
+        self.head.db().write(b, false)?;
+        self.head.accessed_only.store(only, Ordering::Release);
+        Ok(())
     }
 }

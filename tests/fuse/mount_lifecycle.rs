@@ -299,6 +299,16 @@ fn a_command_to_a_stopped_holder_returns_within_a_bound() {
     assert_eq!(std::fs::read(out.join("a")).unwrap(), b"before the stop");
 }
 
+/// A store on a 64 MiB tmpfs under `outer`: the tmpfs, its mount point
+/// and the store (initialized).
+fn small_store(outer: &std::path::Path) -> (Tmpfs, std::path::PathBuf, std::path::PathBuf) {
+    let small = outer.join("small");
+    let tmpfs = Tmpfs::mount(&small, "size=64m");
+    let store = small.join("store");
+    ok(&store, &["init"]);
+    (tmpfs, small, store)
+}
+
 /// fallocate asks for room: more than the disk under the store has fails
 /// with ENOSPC, as on that disk itself (a 64 MiB tmpfs), and what fits is
 /// granted; allocating what a file already holds needs no room.
@@ -306,10 +316,7 @@ fn a_command_to_a_stopped_holder_returns_within_a_bound() {
 fn fallocate_beyond_the_store_disk_fails_with_enospc_as_on_the_disk_itself() {
     use std::os::unix::io::AsRawFd;
     let outer = tempfile::tempdir().unwrap();
-    let small = outer.path().join("small");
-    let tmpfs = Tmpfs::mount(&small, "size=64m");
-    let store = small.join("store");
-    ok(&store, &["init"]);
+    let (tmpfs, small, store) = small_store(outer.path());
     let m = Mounted::new(&store, "room", &["--checkpoint-every", "0"]);
     let fallocate = |p: &std::path::Path, len: i64| {
         let f = std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap();
@@ -339,10 +346,7 @@ fn fallocate_beyond_the_store_disk_fails_with_enospc_as_on_the_disk_itself() {
 fn a_full_store_disk_under_a_mount_fails_writes_and_the_mount_stays_stoppable() {
     use std::io::Write;
     let outer = tempfile::tempdir().unwrap();
-    let small = outer.path().join("small");
-    let tmpfs = Tmpfs::mount(&small, "size=64m");
-    let store = small.join("store");
-    ok(&store, &["init"]);
+    let (tmpfs, _small, store) = small_store(outer.path());
     let m = Mounted::new(&store, "ws", &["--checkpoint-every", "0"]);
     let before = crate::common::random(1 << 20, 41);
     let mut f = std::fs::File::create(m.path("a")).unwrap();

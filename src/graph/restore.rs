@@ -103,6 +103,7 @@ impl Graph {
         self.db().write(b, true)?;
         self.volumes.committed();
         head.overlay().cleared();
+        head.accessed_only.store(false, std::sync::atomic::Ordering::Release);
         head.set_state(new_head);
         head.reload_zeroed()?;
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");

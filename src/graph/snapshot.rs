@@ -158,6 +158,7 @@ impl Graph {
         self.volumes.committed();
         if !clean {
             head.overlay().cleared();
+            head.accessed_only.store(false, std::sync::atomic::Ordering::Release);
         }
         if let Some(f) = floor {
             self.storage.log.drop_below(rec.id, f)?;

@@ -196,6 +196,31 @@ impl BlockMap<'_> {
         Ok(set.into_iter().collect())
     }
 
+    /// How many blocks of `[first, last]` may hold data, as
+    /// [`BlockMap::allocated`] finds them, without collecting them: the
+    /// overlay's entries are gathered, the stored map's streamed. `None`
+    /// once more than `max` are counted. For file block maps.
+    pub fn count_allocated(&self, first: u64, last: u64, max: u64) -> Result<Option<u64>> {
+        if self.space == Space::Root {
+            let n = self.allocated(first, last)?.len() as u64;
+            return Ok((n <= max).then_some(n));
+        }
+        let mut over = std::collections::BTreeMap::new();
+        if let View::Live(head) = self.view {
+            for (k, d) in head.overlay().scan(self.space, self.owner, first, last)? {
+                over.insert(k, !matches!(d, Dirty::Delete));
+            }
+        }
+        let mut n = over.values().filter(|held| **held).count() as u64;
+        Map::new(self.view.chunks()).range(self.base, first, last, &mut |k, _| {
+            if !over.contains_key(&k) {
+                n += 1;
+            }
+            n <= max
+        })?;
+        Ok((n <= max).then_some(n))
+    }
+
     /// The first block at or after `first` (up to `last`) that may hold
     /// data (`data`) or that is a hole (`!data`); `None` if there is none
     /// up to `last`. Cost: the allocated blocks passed over.

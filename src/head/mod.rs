@@ -176,8 +176,9 @@ pub struct Head {
     /// Every change since the last checkpoint is an access time (an fs
     /// volume read under relatime): an automatic version skips the head
     /// as if clean, so reads alone make no versions (the access times
-    /// stay in the overlay until the next change is saved). False after a
-    /// restart, when the overlay's content is not known.
+    /// stay in the overlay until the next change is saved). Found from
+    /// the overlay when the volume is opened; kept by every fs
+    /// transaction; false after a checkpoint or restore clears it.
     pub(crate) accessed_only: AtomicBool,
     /// The state only block volumes have (range tombstones, deferred
     /// persistence); `None` for fs volumes.
@@ -277,6 +278,12 @@ impl Head {
             fence,
         };
         head.reload_zeroed()?;
+        if head.record.kind == VolumeKind::Fs {
+            // What the overlay holds after a remount or restart: only
+            // access times, or more. A failure to tell means more.
+            let only = fs::only_accesses(&head).unwrap_or(false);
+            head.accessed_only.store(only, Ordering::Release);
+        }
         Ok(head)
     }
 

@@ -134,9 +134,9 @@ impl Filesystem for Fuse {
             uid,
             gid,
             size,
-            times_now: [atime, mtime]
-                .iter()
-                .all(|t| !matches!(t, Some(TimeOrNow::SpecificTime(_)))),
+            // `touch`: at least one time given as now, none chosen.
+            times_now: [atime, mtime].iter().any(|t| matches!(t, Some(TimeOrNow::Now)))
+                && [atime, mtime].iter().all(|t| !matches!(t, Some(TimeOrNow::SpecificTime(_)))),
             atime: atime.map(kernel_time),
             mtime: mtime.map(kernel_time),
         };
@@ -364,8 +364,10 @@ impl Filesystem for Fuse {
         // native numbers itself (owner, CAP_LINUX_IMMUTABLE) before they
         // arrive; other numbers reach a filesystem unchecked, so the
         // 32-bit forms are refused, and the checks are made again below.
-        const GET: [u32; 1] = [0x8008_6601];
-        const SET: [u32; 1] = [0x4008_6602];
+        // _IOR('f', 1, long) and _IOW('f', 2, long): the size of a long.
+        const LONG: u32 = (std::mem::size_of::<libc::c_long>() as u32) << 16;
+        const GET: [u32; 1] = [0x8000_6601 | LONG];
+        const SET: [u32; 1] = [0x4000_6602 | LONG];
         const FSGETXATTR: u32 = 0x801c_581f;
         const FSSETXATTR: u32 = 0x401c_5820;
         let set = |flags: Result<u32, Error>| -> Result<Vec<u8>, Error> {

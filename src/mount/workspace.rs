@@ -205,7 +205,8 @@ impl Workspace {
     /// space would answer (the store writes blocks only when they are).
     pub fn check_room(&self, ino: u64, offset: u64, len: u64) -> Result<(), Error> {
         let r = self.reader();
-        let held = r.allocated_in(&r.inode(ino)?, offset, len)?;
+        // Past what is counted, count nothing as held (ask for it all).
+        let held = r.allocated_in(&r.inode(ino)?, offset, len)?.unwrap_or(0);
         let (_, _, avail, bsize) = super::statfs_of(self.store.dir());
         let room = avail.saturating_mul(u64::from(bsize));
         if len.saturating_sub(held) > room {

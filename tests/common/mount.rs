@@ -59,9 +59,14 @@ impl Mounted {
 
     /// Unmounts and mounts the volume again (on a new directory).
     pub fn remount(self) -> Mounted {
+        self.remount_with(&[])
+    }
+
+    /// [`Mounted::remount`] with `extra` mount arguments.
+    pub fn remount_with(self, extra: &[&str]) -> Mounted {
         let (store, vol) = (self.store.clone(), self.vol.clone());
         self.unmount();
-        Mounted::new(&store, &vol, &[])
+        Mounted::new(&store, &vol, extra)
     }
 
     pub fn dir(&self) -> &Path {

@@ -68,6 +68,41 @@ impl FsHead {
     }
 }
 
+/// Whether the overlay of fs head `head` holds access times and nothing
+/// else: inode records that differ from the stored ones in their atime
+/// alone (see `Head::accessed_only`). Stops at the first other change.
+pub(crate) fn only_accesses(head: &Head) -> Result<bool> {
+    use super::overlay::{Dirty, Space};
+    let state = head.state();
+    let stored = FsReader::frozen(&head.storage.chunks, state.root, head.record().block_size);
+    let mut any = false;
+    let mut other = false;
+    let r = head.overlay().for_each(&mut |e| {
+        any = true;
+        let same = match (&e.space, &e.dirty) {
+            (Space::Root, Dirty::Value(v)) if e.key != META_KEY => {
+                match (Inode::decode(v), stored.inode(e.key)) {
+                    (Ok(new), Ok(old)) => Inode { atime: old.atime, ..new } == old,
+                    // A new inode, or one that cannot be read: a change.
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        if !same {
+            // The walk stops at an error; this one means "found another change".
+            other = true;
+            return Err(crate::error::Error::invalid("not only access times"));
+        }
+        Ok(())
+    });
+    match r {
+        Err(_) if other => Ok(false),
+        Err(e) => Err(e),
+        Ok(()) => Ok(any),
+    }
+}
+
 /// The root map of a new, empty fs volume: its record and the root directory.
 pub fn initial_root(nodes: &dyn NodeStore) -> Result<MapRoot> {
     let now = Time::now();

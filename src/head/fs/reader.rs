@@ -31,8 +31,9 @@ pub struct FsReader<'a> {
     pub block_size: u64,
 }
 
-/// The most blocks [`FsReader::allocated_in`] counts one by one.
-pub const COUNTED_BLOCKS: u64 = 1 << 18;
+/// The most blocks holding data that [`FsReader::allocated_in`] counts
+/// (64 GiB of 64 KiB blocks).
+pub const COUNTED_BLOCKS: u64 = 1 << 20;
 
 impl<'a> FsReader<'a> {
     /// The fs record (next inode number, orphans).
@@ -202,29 +203,28 @@ impl<'a> FsReader<'a> {
     /// by sparse writes, punching or truncation up do not count): what
     /// `st_blocks` reports. Small files kept in their record count their
     /// size. Cost: the blocks of the file.
+    /// Past [`COUNTED_BLOCKS`] blocks of data, the size.
     pub fn allocated(&self, inode: &Inode) -> Result<u64> {
-        self.allocated_in(inode, 0, inode.size)
+        Ok(self.allocated_in(inode, 0, inode.size)?.unwrap_or(inode.size))
     }
 
     /// [`FsReader::allocated`] within `[offset, offset + len)` (whole
-    /// blocks; nothing past the end of the file). A range of more than
-    /// [`COUNTED_BLOCKS`] blocks counts as all held (counting it would
-    /// cost memory and time in proportion).
-    pub fn allocated_in(&self, inode: &Inode, offset: u64, len: u64) -> Result<u64> {
+    /// blocks; nothing past the end of the file); `None` when more than
+    /// [`COUNTED_BLOCKS`] blocks hold data (counting on would cost time in
+    /// proportion).
+    pub fn allocated_in(&self, inode: &Inode, offset: u64, len: u64) -> Result<Option<u64>> {
         let end = offset.saturating_add(len).min(inode.size);
         if end <= offset {
-            return Ok(0);
+            return Ok(Some(0));
         }
         match &inode.content {
             Content::Blocks(base) => {
                 let (first, last) = (offset / self.block_size, (end - 1) / self.block_size);
-                if last - first >= COUNTED_BLOCKS {
-                    return Ok(end - offset);
-                }
-                let n = self.blocks(inode.ino, *base).allocated(first, last)?.len() as u64;
-                Ok(n * self.block_size)
+                let map = self.blocks(inode.ino, *base);
+                let n = map.count_allocated(first, last, COUNTED_BLOCKS)?;
+                Ok(n.map(|n| n * self.block_size))
             }
-            _ => Ok(end - offset),
+            _ => Ok(Some(end - offset)),
         }
     }
 

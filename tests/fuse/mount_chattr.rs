@@ -76,7 +76,7 @@ fn story(dir: &Path) -> Vec<String> {
 
 #[test]
 fn immutable_and_append_only_are_enforced_as_on_ext4() {
-    for tool in ["chattr", "lsattr", "python3"] {
+    for tool in ["chattr", "lsattr", "python3", "su", "fallocate"] {
         require_tool(tool);
     }
     let ext4 = crate::common::mount::ext4_reference_dir();

@@ -295,6 +295,9 @@ pub async fn run(
     }
     systemd::ready();
     let mut conns = tokio::task::JoinSet::new();
+    // Refusals (a peer --allow-uid/--allow-gid turns away) are not clients:
+    // they keep no server from --exit-when-idle.
+    let mut refusals = tokio::task::JoinSet::new();
     let mut timer = tokio::time::interval(cfg.checkpoint_every);
     timer.tick().await;
     // Without clients since (with --exit-when-idle).
@@ -335,7 +338,7 @@ pub async fn run(
                 if let Some(why) = cfg.peers.refuses(&s) {
                     tracing::warn!("{why}; refusing a connection");
                     if let Some(slot) = admission.refusal() {
-                        conns.spawn(async move {
+                        refusals.spawn(async move {
                             refuse(s, why).await;
                             drop(slot);
                         });
@@ -349,6 +352,7 @@ pub async fn run(
             Some(_) = conns.join_next(), if !conns.is_empty() => {
                 idle_since = tokio::time::Instant::now();
             }
+            Some(_) = refusals.join_next(), if !refusals.is_empty() => {}
         }
     }
     systemd::stopping();
@@ -357,6 +361,7 @@ pub async fn run(
     drop(unix);
     let _ = stop_tx.send(true);
     while conns.join_next().await.is_some() {}
+    while refusals.join_next().await.is_some() {}
     let ex = exports.clone();
     let flushed = tokio::task::spawn_blocking(move || {
         let mut first_failure = None;

@@ -67,6 +67,36 @@ fn logs_are_json_lines_when_asked() {
     assert!(log.contains("\"listening (unix)\""), "{log}");
 }
 
+/// Peers that `--allow-uid` turns away are not clients: connecting again
+/// and again, they keep no `--exit-when-idle` server alive (it would hold
+/// the store locked). Negative control (by hand, refusals counted as
+/// connections again): the server was still running after 6 s of
+/// refusals, and the test failed.
+#[test]
+fn refused_peers_keep_no_idle_server_alive() {
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    let other = (unsafe { libc::getuid() } + 1).to_string();
+    srv.spawn(&["--exit-when-idle", "1s", "--allow-uid", &other]);
+    let started = std::time::Instant::now();
+    let mut child = srv.child.take().unwrap();
+    let exited = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if started.elapsed() > std::time::Duration::from_secs(6) {
+            let _ = child.kill();
+            break None;
+        }
+        // Refused at once; the next one follows 100 ms later.
+        let _ = std::os::unix::net::UnixStream::connect(&srv.sock);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let log = srv.log();
+    assert!(log.contains("refusing a connection"), "no refusal logged: {log}");
+    let st = exited.unwrap_or_else(|| panic!("still running after 6 s of refusals:\n{log}"));
+    assert_eq!(st.code(), Some(0), "{log}");
+}
+
 /// A flood of idle connections to `--metrics` holds no more than a few
 /// descriptors in the server (the rest wait unaccepted in the kernel's
 /// backlog), NBD clients are served meanwhile, and once the flood is gone

@@ -226,6 +226,15 @@ pub fn ext4_reference_dir() -> tempfile::TempDir {
     d
 }
 
+/// Asserts that the reference run `native` (ext4) printed each of `lines`:
+/// the steps do what the test expects there, so a mount that matches the
+/// reference does too.
+pub fn assert_shows(native: &[String], lines: &[&str]) {
+    for line in lines {
+        assert!(native.iter().any(|l| l == line), "ext4 did not show {line:?}: {native:#?}");
+    }
+}
+
 /// Fails the test (instead of skipping) when `tool` is not installed.
 pub fn require_tool(tool: &str) {
     let found = Command::new("sh")

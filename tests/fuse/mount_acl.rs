@@ -3,7 +3,7 @@
 //! full is not kept, and new inodes take a directory's default ACL
 //! instead of the umask.
 
-use crate::common::mount::{Mounted, getxattr, new_store, require_tool, run};
+use crate::common::mount::{Mounted, assert_shows, getxattr, new_store, require_tool, run};
 use std::path::Path;
 use std::process::Command;
 
@@ -58,17 +58,18 @@ fn acls_are_enforced_and_inherited_as_on_ext4() {
     let native = story(ext4.path());
     // The reference behaves as the steps expect (so a matching mount
     // does too): access granted by an entry, taken away by the mask.
-    for line in [
-        "nobody reads f: denied",
-        "nobody reads f with an ACL entry: ok",
-        "nobody reads d/g through d's ACL: ok",
-        "nobody reads f, its entry masked by chmod: denied",
-        "nobody writes inh/new: ok",
-        "inh/new 660",
-        "plain 640",
-    ] {
-        assert!(native.iter().any(|l| l == line), "ext4 did not show {line:?}: {native:#?}");
-    }
+    assert_shows(
+        &native,
+        &[
+            "nobody reads f: denied",
+            "nobody reads f with an ACL entry: ok",
+            "nobody reads d/g through d's ACL: ok",
+            "nobody reads f, its entry masked by chmod: denied",
+            "nobody writes inh/new: ok",
+            "inh/new 660",
+            "plain 640",
+        ],
+    );
     assert_eq!(story(m.dir()), native, "the same steps on ext4 and in the mount");
 
     // An ACL the mode says in full is not kept, as on ext4.

@@ -162,8 +162,9 @@ impl FsHead {
             let mut inode = if attr.size.is_some() { file(t, ino)? } else { t.inode(ino)? };
             // Setting the times to now (`touch`) is the one change an
             // append-only inode takes, as on Linux.
-            let touch = attr.times_now && attr.perm.is_none() && attr.uid.is_none();
-            match touch && attr.gid.is_none() && attr.size.is_none() {
+            let only_touch = attr.times_now
+                && (attr.perm, attr.uid, attr.gid, attr.size) == (None, None, None, None);
+            match only_touch {
                 true => inode.check_not_immutable()?,
                 false => inode.check_mutable()?,
             }

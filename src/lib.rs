@@ -7,7 +7,7 @@
 //! | layer | owns |
 //! |---|---|
 //! | [`service`] | the control socket: requests to the process holding a store |
-//! | `maint` | check, repair, gc, stats: the commands `forkfs-fsck` drives |
+//! | `maint`, [`bundle`] | check, repair, gc, stats: the commands `forkfs-fsck` drives; history bundles |
 //! | `store` | [`Store`]: directory, configuration, lock; a handle over the services |
 //! | `graph` | [`Volumes`] and the version [`Graph`]: snapshot, fork, restore, diff, retention |
 //! | `sync` | many hosts on one bucket: leases, head publishing, imports |
@@ -21,6 +21,7 @@
 //! This crate knows nothing of FUSE or NBD. What front-ends use is
 //! re-exported here; everything else stays inside.
 
+pub mod bundle;
 mod cas;
 mod clock;
 mod config;

@@ -1,5 +1,6 @@
 //! The `forkfs` CLI: one module per subcommand, shared flags in [`Global`].
 
+mod bundle;
 mod data;
 mod debug;
 mod fork;
@@ -96,6 +97,9 @@ enum Command {
     Import(data::ImportArgs),
     /// Copy a volume or version out to a raw image or a directory tree
     Export(data::ExportArgs),
+    /// Carry a volume's history to another store: create, import or verify a bundle
+    #[command(subcommand)]
+    Bundle(bundle::Cmd),
     /// Volumes, sizes, stored bytes and dedupe ratio
     Status(status::Args),
     /// Mount an fs volume (or a version, read-only) through FUSE
@@ -137,6 +141,7 @@ pub fn run() -> i32 {
         Command::Diff(a) => log::diff(&g, a),
         Command::Import(a) => data::import(&g, a),
         Command::Export(a) => data::export(&g, a),
+        Command::Bundle(c) => bundle::run(&g, c),
         Command::Status(a) => status::run(&g, a),
         Command::Mount(a) => crate::mount::mount(&g.store_dir(), &g.settings(), a),
         Command::Umount(a) => crate::mount::umount(&g.store_dir(), a),

@@ -51,3 +51,38 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     bar.set_message(what.to_string());
     bar
 }
+
+/// Progress of a library operation, one bar per stage, on a terminal.
+pub struct Stages(parking_lot::Mutex<Option<indicatif::ProgressBar>>);
+
+impl Stages {
+    pub fn new() -> Stages {
+        Stages(parking_lot::Mutex::new(None))
+    }
+}
+
+impl Drop for Stages {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.lock().take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl forkfs::Progress for Stages {
+    fn stage(&self, name: &str, total: u64) {
+        let bar = progress(total, name);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}") {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        if let Some(old) = self.0.lock().replace(bar) {
+            old.finish_and_clear();
+        }
+    }
+
+    fn advance(&self, n: u64) {
+        if let Some(b) = self.0.lock().as_ref() {
+            b.inc(n);
+        }
+    }
+}

@@ -14,6 +14,7 @@
 //! Uses the heads, the remote side (leases, publishing), the records and
 //! everything below them.
 
+mod adopt;
 mod diff;
 mod prune;
 pub mod reach;
@@ -23,6 +24,7 @@ mod rollback;
 mod snapshot;
 pub mod volumes;
 
+pub use adopt::Foreign;
 pub use diff::{BlockRange, Diff, PathChange, PathDiff};
 pub use volumes::{DEFAULT_FS_SIZE, Volumes};
 

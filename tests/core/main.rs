@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bundle;
 mod cli;
 mod concurrent;
 mod crash;

@@ -133,6 +133,30 @@ impl Store {
         })
     }
 
+    /// Writes a bundle of `range` to the file `path`: to `path.partial`,
+    /// synced, then renamed, so a bundle cut short never takes the name.
+    pub fn bundle_create_file(
+        &self,
+        range: &str,
+        path: &std::path::Path,
+        progress: &dyn Progress,
+    ) -> Result<Report> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".partial");
+        let tmp = std::path::PathBuf::from(tmp);
+        let mut f = std::fs::File::create(&tmp)
+            .map_err(|e| Error::from(e).context(format!("cannot create {}", tmp.display())))?;
+        let made = self.bundle_create(range, &mut f, progress).and_then(|r| {
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            Ok(r)
+        });
+        if made.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        made
+    }
+
     /// Every node and data chunk `versions` reach that `base` does not,
     /// in id order (a bundle of the same range is the same bytes).
     fn sendable(

@@ -127,6 +127,18 @@ impl Store {
         Ok(out)
     }
 
+    /// [`Store::bundle_import`] of the file `path`.
+    pub fn bundle_import_file(
+        &self,
+        path: &std::path::Path,
+        into: Option<&str>,
+        progress: &dyn Progress,
+    ) -> Result<Report> {
+        let f = std::fs::File::open(path)
+            .map_err(|e| Error::from(e).context(format!("cannot open {}", path.display())))?;
+        self.bundle_import(&mut std::io::BufReader::with_capacity(1 << 20, f), into, progress)
+    }
+
     /// Whether `name` (maybe `existing`) can take the bundle `r` begins.
     fn check_fits<R: Read>(
         &self,

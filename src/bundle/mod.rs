@@ -22,10 +22,10 @@ pub use import::verify;
 
 use crate::graph::Foreign;
 use crate::id::VersionId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What a bundle holds, and what an import did with it.
-#[derive(Serialize, Debug, Default)]
+#[derive(Serialize, Deserialize, Debug, Default)]
 pub struct Report {
     /// The volume (an import: the one here).
     pub volume: String,

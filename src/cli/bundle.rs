@@ -5,6 +5,7 @@ use super::Global;
 use super::output::{Stages, bytes};
 use anyhow::Context;
 use forkfs::bundle::Report;
+use forkfs::service::Request;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -33,19 +34,31 @@ fn is_stdio(p: &Path) -> bool {
 pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     let progress = Stages::new();
     let (report, what, to_stderr) = match &c {
-        Cmd::Create { file, range } => {
-            let store = g.open()?;
-            let r = if is_stdio(file) {
-                store.bundle_create(range, &mut std::io::stdout().lock(), &progress)?
-            } else {
-                create_file(&store, file, range, &progress)?
+        Cmd::Create { file, range } if is_stdio(file) => {
+            let r = match g.open() {
+                Ok(store) => {
+                    store.bundle_create(range, &mut std::io::stdout().lock(), &progress)?
+                }
+                Err(e) if e.is_store_in_use() => create_through_holder(g, range, &progress)?,
+                Err(e) => return Err(e.into()),
             };
-            (r, "bundled", is_stdio(file))
+            (r, "bundled", true)
+        }
+        Cmd::Create { file, range } => {
+            let req = Request::BundleCreate { range: range.clone(), path: absolute(file)? };
+            (g.call_with(&req, &progress)?, "bundled", false)
+        }
+        Cmd::Import { file, into } if is_stdio(file) => {
+            let r = match g.open() {
+                Ok(store) => store.bundle_import(&mut *input(file)?, into.as_deref(), &progress)?,
+                Err(e) if e.is_store_in_use() => import_through_holder(g, into, &progress)?,
+                Err(e) => return Err(e.into()),
+            };
+            (r, "imported", false)
         }
         Cmd::Import { file, into } => {
-            let store = g.open()?;
-            let r = store.bundle_import(&mut *input(file)?, into.as_deref(), &progress)?;
-            (r, "imported", false)
+            let req = Request::BundleImport { path: absolute(file)?, into: into.clone() };
+            (g.call_with(&req, &progress)?, "imported", false)
         }
         Cmd::Verify { file } => {
             (forkfs::bundle::verify(&mut *input(file)?, &progress)?, "verified", false)
@@ -63,28 +76,38 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes FILE.partial, syncs it and renames it: a bundle cut short never
-/// takes the name.
-fn create_file(
-    store: &forkfs::Store,
-    file: &Path,
-    range: &str,
+/// A path the process holding the store (another working directory) reads.
+fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))
+}
+
+/// A private directory for a bundle on its way between a pipe and the
+/// process holding the store, which reads and writes files, not pipes.
+fn spool() -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("forkfs-bundle-")
+        .tempdir()
+        .context("cannot make a spool directory")
+}
+
+fn create_through_holder(g: &Global, range: &str, progress: &Stages) -> anyhow::Result<Report> {
+    let dir = spool()?;
+    let path = dir.path().join("out.bundle");
+    let req = Request::BundleCreate { range: range.to_string(), path: path.clone() };
+    let r = g.call_with(&req, progress)?;
+    std::io::copy(&mut std::fs::File::open(&path)?, &mut std::io::stdout().lock())?;
+    Ok(r)
+}
+
+fn import_through_holder(
+    g: &Global,
+    into: &Option<String>,
     progress: &Stages,
 ) -> anyhow::Result<Report> {
-    let mut tmp = file.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = PathBuf::from(tmp);
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let made = store.bundle_create(range, &mut f, progress).and_then(|r| {
-        f.sync_all()?;
-        std::fs::rename(&tmp, file)?;
-        Ok(r)
-    });
-    if made.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    Ok(made?)
+    let dir = spool()?;
+    let path = dir.path().join("in.bundle");
+    std::io::copy(&mut std::io::stdin().lock(), &mut std::fs::File::create(&path)?)?;
+    g.call_with(&Request::BundleImport { path, into: into.clone() }, progress)
 }
 
 fn input(file: &Path) -> anyhow::Result<Box<dyn std::io::Read>> {

@@ -57,7 +57,16 @@ impl Global {
     /// Runs a control request here, or in the process that holds the
     /// store; its answer, decoded.
     pub fn call<T: serde::de::DeserializeOwned>(&self, req: &Request) -> anyhow::Result<T> {
-        let v = forkfs::service::run(&self.store_dir(), &self.settings(), req, &forkfs::Quiet)?;
+        self.call_with(req, &forkfs::Quiet)
+    }
+
+    /// [`Global::call`], showing the request's progress.
+    pub fn call_with<T: serde::de::DeserializeOwned>(
+        &self,
+        req: &Request,
+        progress: &dyn forkfs::Progress,
+    ) -> anyhow::Result<T> {
+        let v = forkfs::service::run(&self.store_dir(), &self.settings(), req, progress)?;
         Ok(serde_json::from_value(v)?)
     }
 

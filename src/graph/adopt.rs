@@ -79,6 +79,9 @@ impl Graph {
     /// Adds `versions` (another store's, oldest first, building on `base`,
     /// which this volume must have; `None`: a whole history) to `volume`,
     /// with their `names`. Every chunk they name must already be here.
+    ///
+    /// A head that moves is a restore to whoever serves the volume in this
+    /// process (a mount drops what the kernel cached of what changed).
     pub(crate) fn adopt(
         &self,
         volume: &str,
@@ -86,6 +89,26 @@ impl Graph {
         versions: &[VersionRecord],
         names: &[(String, VersionId)],
     ) -> Result<Adopted> {
+        let (out, moved) = self.adopt_locked(volume, base, versions, names)?;
+        if let (Some(before), Some(to)) = (moved, out.added.last()) {
+            let hooks: Vec<_> = self.restore_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
+            let done = super::Restored { volume, before: &before, to };
+            for h in hooks {
+                h(&done);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Graph::adopt`] under the head's locks; also the version the head
+    /// moved from, if it moved from one.
+    fn adopt_locked(
+        &self,
+        volume: &str,
+        base: Option<&Foreign>,
+        versions: &[VersionRecord],
+        names: &[(String, VersionId)],
+    ) -> Result<(Adopted, Option<VersionRecord>)> {
         let head = self.volumes.open(volume)?;
         let rec = head.record().clone();
         let _one = head.checkpoint.lock();
@@ -148,7 +171,7 @@ impl Graph {
             }
         }
         if out.added.is_empty() && tags.is_empty() {
-            return Ok(out);
+            return Ok((out, None));
         }
         // Everything the versions name is durable (the caller flushed);
         // their objects first, then the commit, as a snapshot does.
@@ -171,12 +194,15 @@ impl Graph {
             }
         }
         let tip = out.added.last().filter(|_| state.base == common);
+        // Access times alone do not hold the head back: the tree they
+        // were recorded in is being replaced. A clean head has allocated
+        // no inode number since `common`, so the tip's own count holds.
         let new_head = match tip {
-            Some(tip) if head.is_clean()? => {
+            Some(tip) if head.is_clean_but_accesses()? => {
                 out.head_moved = true;
                 HeadRecord { base: Some(tip.id), root: tip.root, next_seq }
             }
-            _ => HeadRecord { next_seq, ..state },
+            _ => HeadRecord { next_seq, ..state.clone() },
         };
         self.volumes.put_head_object(rec.id, &new_head)?;
         let db = self.db();
@@ -193,9 +219,14 @@ impl Graph {
             out.named.push(name.clone());
         }
         db.put_json(&mut b, &keys::head(rec.id), &new_head)?;
+        if out.head_moved {
+            head.overlay().clear(&mut b);
+        }
         db.write(b, true)?;
         head.set_state(new_head);
         if out.head_moved {
+            head.overlay().cleared();
+            head.accessed_only.store(false, std::sync::atomic::Ordering::Release);
             head.reload_zeroed()?;
         }
         self.volumes.committed();
@@ -206,7 +237,11 @@ impl Graph {
             head_moved = out.head_moved,
             "adopted versions"
         );
-        Ok(out)
+        let before = match state.base {
+            Some(b) if out.head_moved => Some(self.version(&b)?),
+            _ => None,
+        };
+        Ok((out, before))
     }
 }
 

@@ -74,6 +74,19 @@ pub enum Request {
         size: Option<u64>,
         block_size: Option<u32>,
     },
+    /// Writes a history bundle of `range` (`VOL`, `VOL@B`, `VOL@A..B`) to
+    /// the file `path` (absolute: the holder's working directory is not
+    /// the caller's).
+    BundleCreate {
+        range: String,
+        path: std::path::PathBuf,
+    },
+    /// Adds the versions of the bundle in the file `path` to the volume
+    /// named as in the bundle, or `into`.
+    BundleImport {
+        path: std::path::PathBuf,
+        into: Option<String>,
+    },
     /// A front-end's own request, served by the handler the holding
     /// process registered ([`super::Extensions::insert`]).
     Extension {
@@ -145,6 +158,12 @@ pub fn execute(
         Request::Sync { volume } => serde_json::to_value(store.sync(volume.as_deref())?)?,
         Request::CreateVolume { name, kind, size, block_size } => {
             serde_json::to_value(volumes.create(name, *kind, *size, *block_size)?)?
+        }
+        Request::BundleCreate { range, path } => {
+            serde_json::to_value(store.bundle_create_file(range, path, progress)?)?
+        }
+        Request::BundleImport { path, into } => {
+            serde_json::to_value(store.bundle_import_file(path, into.as_deref(), progress)?)?
         }
         Request::Extension { name, args } => match extensions.get(name) {
             Some(handler) => handler(args)?,

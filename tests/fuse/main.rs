@@ -8,6 +8,7 @@ mod common;
 mod mount;
 mod mount_acl;
 mod mount_atime;
+mod mount_bundle;
 mod mount_chattr;
 mod mount_cli;
 mod mount_copy;

@@ -1,10 +1,11 @@
 //! The FUSE workspace through the real kernel: POSIX behaviour against
-//! ext4, errno tables, fsx, crashes, PostgreSQL, the mount lifecycle and
-//! the commands that reach a mounted store. One test binary.
+//! ext4, errno tables, fsx, crashes, PostgreSQL, the mount lifecycle, the
+//! commands that reach a mounted store, and `scripts/demo`. One test binary.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod demo;
 mod mount;
 mod mount_acl;
 mod mount_atime;

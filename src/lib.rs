@@ -44,6 +44,7 @@ pub use clock::now_ms;
 pub use config::{Settings, default_store_dir, parse_size};
 pub use error::{Detail, Error, ErrorKind, Posix, Result, exit_code, one_line};
 pub use files::restrict_umask;
+pub use graph::group::describe as describe_group_version;
 pub use graph::{
     BlockRange, DEFAULT_FS_SIZE, Diff, Graph, PathChange, PathDiff, RestoreHook, Restored,
     SnapshotOptions, Target, Volumes,
@@ -61,8 +62,8 @@ pub use map::MapRoot;
 pub use objects::{OutboxStats, RemoteConfig};
 pub use progress::{Progress, Quiet};
 pub use records::{
-    Consistency, HeadRecord, Origin, Policy, RollbackRecord, VersionRecord, VolumeKind,
-    VolumeRecord,
+    Consistency, GroupRecord, GroupVersion, HeadRecord, Member, Origin, Policy, RollbackRecord,
+    VersionRecord, VolumeKind, VolumeRecord,
 };
 pub use store::{CONFIG_FILE, DEFAULT_BLOCK_SIZE, Store, StoreConfig, Synced};
 pub use sync::view::View as SharedView;

@@ -7,15 +7,27 @@ use forkfs::{VersionRecord, VolumeRecord};
 
 #[derive(clap::Args)]
 pub struct ForkArgs {
-    /// VOL (its current state) or VOL@VERSION
+    /// VOL (its current state) or VOL@VERSION; with --group, the new group's name
     source: String,
     /// Name of the new volume
-    new: String,
+    #[arg(required_unless_present = "group")]
+    new: Option<String>,
+    /// Fork every member of this volume group (GROUP: a new group
+    /// snapshot; GROUP@VERSION: that group version) as NEW.MEMBER, in a
+    /// new group NEW
+    #[arg(long)]
+    group: Option<String>,
 }
 
 /// Works while a server holds the store (through its control socket).
 pub fn fork(g: &Global, a: ForkArgs) -> anyhow::Result<()> {
-    let req = Request::Fork { source: a.source, new: a.new };
+    let new = match (a.new, a.group) {
+        (None, Some(group)) => return super::group::fork(g, group, a.source),
+        (Some(_), Some(_)) => anyhow::bail!("with --group, name only the new group"),
+        (Some(n), None) => n,
+        (None, None) => anyhow::bail!("name the new volume"),
+    };
+    let req = Request::Fork { source: a.source, new };
     let j: serde_json::Value = g.call(&req)?;
     let from: VersionRecord = serde_json::from_value(j["from"].clone())?;
     let rec: VolumeRecord = serde_json::from_value(j["volume"].clone())?;
@@ -28,14 +40,26 @@ pub fn fork(g: &Global, a: ForkArgs) -> anyhow::Result<()> {
 
 #[derive(clap::Args)]
 pub struct RestoreArgs {
+    /// The volume; with --group, the group version (NAME, number or ~N)
     volume: String,
     /// A version of VOLUME (id, name or ~N), or OTHER@VERSION
-    version: String,
+    #[arg(required_unless_present = "group")]
+    version: Option<String>,
+    /// Restore every member of this volume group to its version in a
+    /// group version
+    #[arg(long)]
+    group: Option<String>,
 }
 
 /// Works while a server holds the store (through its control socket).
 pub fn restore(g: &Global, a: RestoreArgs) -> anyhow::Result<()> {
-    let req = Request::Restore { volume: a.volume.clone(), version: a.version };
+    let version = match (a.version, a.group) {
+        (None, Some(group)) => return super::group::restore(g, group, a.volume),
+        (Some(_), Some(_)) => anyhow::bail!("with --group, name only the group version"),
+        (Some(v), None) => v,
+        (None, None) => anyhow::bail!("name the version to restore"),
+    };
+    let req = Request::Restore { volume: a.volume.clone(), version };
     let j: serde_json::Value = g.call(&req)?;
     let to: VersionRecord = serde_json::from_value(j["restored"].clone())?;
     let pre: VersionRecord = serde_json::from_value(j["previous_head"].clone())?;

@@ -7,7 +7,12 @@ use forkfs::{Diff, PathChange};
 
 #[derive(clap::Args)]
 pub struct LogArgs {
-    volume: String,
+    /// The volume (or, with --group, nothing)
+    #[arg(required_unless_present = "group")]
+    volume: Option<String>,
+    /// The group versions of this volume group instead
+    #[arg(long, conflicts_with = "volume")]
+    group: Option<String>,
     /// Show at most this many versions
     #[arg(short = 'n', long)]
     limit: Option<usize>,
@@ -16,7 +21,12 @@ pub struct LogArgs {
 /// Versions and rollbacks, newest first. Works while a server holds the
 /// store (through its control socket).
 pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
-    let req = Request::Log { volume: a.volume.clone() };
+    let volume = match (a.volume, a.group) {
+        (_, Some(group)) => return super::group::log(g, group),
+        (Some(v), None) => v,
+        (None, None) => anyhow::bail!("name a volume, or a group with --group"),
+    };
+    let req = Request::Log { volume };
     let j: serde_json::Value = g.call(&req)?;
     let field = |k: &str| j[k].as_array().cloned().unwrap_or_default();
     // One event list: versions and rollbacks, by time.
@@ -98,20 +108,32 @@ pub struct DiffArgs {
     /// Summary counts and bytes instead of a list
     #[arg(long)]
     stat: bool,
+    /// FROM and TO name versions of this volume group: each member's diff
+    #[arg(long)]
+    group: Option<String>,
 }
 
 pub fn diff(g: &Global, a: DiffArgs) -> anyhow::Result<()> {
+    if let Some(group) = a.group {
+        return super::group::diff(g, group, a.from, a.to);
+    }
     let req = Request::Diff { from: a.from.clone(), to: a.to.clone() };
     let d: Diff = g.call(&req)?;
     if g.json {
         return print_json(&d);
     }
+    print_diff(d, a.stat);
+    Ok(())
+}
+
+/// A diff for people; `stat`: counts and bytes instead of a list.
+pub fn print_diff(d: Diff, stat: bool) {
     match d {
         Diff::Block { ranges, .. } => {
             let changed: u64 = ranges.iter().map(|r| r.len).sum();
-            if a.stat {
+            if stat {
                 println!("{} ranges, {} changed", ranges.len(), bytes(changed));
-                return Ok(());
+                return;
             }
             for r in ranges {
                 let what = if r.zeroed { "zeroed" } else { "changed" };
@@ -119,7 +141,7 @@ pub fn diff(g: &Global, a: DiffArgs) -> anyhow::Result<()> {
             }
         }
         Diff::Fs { paths } => {
-            if a.stat {
+            if stat {
                 let count = |c: PathChange| paths.iter().filter(|p| p.change == c).count();
                 let grown: i64 = paths
                     .iter()
@@ -133,7 +155,7 @@ pub fn diff(g: &Global, a: DiffArgs) -> anyhow::Result<()> {
                     count(PathChange::Renamed),
                     grown
                 );
-                return Ok(());
+                return;
             }
             for p in paths {
                 let code = match p.change {
@@ -149,5 +171,4 @@ pub fn diff(g: &Global, a: DiffArgs) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
 }

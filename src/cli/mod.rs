@@ -4,6 +4,7 @@ mod bundle;
 mod data;
 mod debug;
 mod fork;
+mod group;
 mod init;
 mod log;
 mod output;
@@ -106,6 +107,10 @@ enum Command {
     Import(data::ImportArgs),
     /// Copy a volume or version out to a raw image or a directory tree
     Export(data::ExportArgs),
+    /// Volume groups: volumes snapshotted, restored and forked together
+    /// (snapshot, restore, fork, log and diff take --group)
+    #[command(subcommand)]
+    Group(group::Cmd),
     /// Carry a volume's history to another store: create, import or verify a bundle
     #[command(subcommand)]
     Bundle(bundle::Cmd),
@@ -151,6 +156,7 @@ pub fn run() -> i32 {
         Command::Import(a) => data::import(&g, a),
         Command::Export(a) => data::export(&g, a),
         Command::Bundle(c) => bundle::run(&g, c),
+        Command::Group(c) => group::run(&g, c),
         Command::Status(a) => status::run(&g, a),
         Command::Mount(a) => crate::mount::mount(&g.store_dir(), &g.settings(), a),
         Command::Umount(a) => crate::mount::umount(&g.store_dir(), a),

@@ -7,7 +7,12 @@ use forkfs::{Target, VersionRecord};
 
 #[derive(clap::Args)]
 pub struct Args {
-    volume: String,
+    /// The volume (or, with --group, nothing)
+    #[arg(required_unless_present = "group")]
+    volume: Option<String>,
+    /// One version of every member of this volume group, at one cut
+    #[arg(long, conflicts_with = "volume")]
+    group: Option<String>,
     /// Name the version (named versions are never pruned)
     #[arg(long)]
     name: Option<String>,
@@ -18,7 +23,12 @@ pub struct Args {
 
 /// Works while a server holds the store (through its control socket).
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    let req = Request::Snapshot { volume: a.volume, name: a.name, label: a.message };
+    let volume = match (a.volume, a.group) {
+        (_, Some(group)) => return super::group::snapshot(g, group, a.name, a.message),
+        (Some(v), None) => v,
+        (None, None) => anyhow::bail!("name a volume, or a group with --group"),
+    };
+    let req = Request::Snapshot { volume, name: a.name, label: a.message };
     let v: VersionRecord = g.call(&req)?;
     if g.json {
         return print_json(&v);

@@ -16,6 +16,7 @@
 
 mod adopt;
 mod diff;
+pub mod group;
 mod prune;
 pub mod reach;
 mod refs;

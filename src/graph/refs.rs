@@ -130,6 +130,16 @@ impl Graph {
     /// reclaimed by the next GC; a head based on it keeps its root.
     pub fn delete_version(&self, version: &VersionRecord) -> Result<()> {
         let volume = self.volumes.get(version.volume_name.as_str())?;
+        if let Some(g) = self.in_group_version(&version.id)? {
+            return Err(Error::conflict(format!(
+                "version {} of {} is part of group version {}; `forkfs group delete {}` \
+                 forgets the group's versions",
+                version.id.short(),
+                volume.name,
+                super::group::describe(&g),
+                g.group
+            )));
+        }
         let db = self.db();
         // The intent first: a crash before the index records go leaves a
         // deletion the next open finishes, not a version without its object.

@@ -136,6 +136,15 @@ pub fn parse_tag(key: &Path) -> Option<(VolumeId, String)> {
     Some((VolumeId(u64::from_str_radix(vol, 16).ok()?), name.to_string()))
 }
 
+/// Object copies of group records and group versions.
+pub const GROUPS: &str = "groups";
+pub fn group(name: &str) -> Path {
+    Path::from(format!("{GROUPS}/{name}/group.json"))
+}
+pub fn group_version(name: &str, seq: u64) -> Path {
+    Path::from(format!("{GROUPS}/{name}/versions/{seq:016x}.json"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -105,3 +105,17 @@ pub fn tag_seen_prefix(v: VolumeId) -> String {
 pub fn tag_seen(v: VolumeId, name: &str) -> String {
     format!("tagseen/{:016x}/{name}", v.0)
 }
+/// Prefix of every group record (keyed by name).
+pub const GROUP_PREFIX: &str = "group/";
+pub fn group(name: &str) -> String {
+    format!("{GROUP_PREFIX}{name}")
+}
+/// The group versions of group `name`, by sequence number.
+pub fn group_log_prefix(name: &str) -> String {
+    format!("grouplog/{name}/")
+}
+pub fn group_log(name: &str, seq: u64) -> String {
+    format!("grouplog/{name}/{seq:016x}")
+}
+/// Prefix of every group version of every group.
+pub const GROUP_LOG_PREFIX: &str = "grouplog/";

@@ -11,6 +11,7 @@
 pub mod consistency;
 #[cfg(test)]
 mod golden;
+pub mod group;
 pub mod keys;
 pub mod retention;
 pub mod rollback;
@@ -18,6 +19,7 @@ pub mod version;
 pub mod volume;
 
 pub use consistency::Consistency;
+pub use group::{GroupRecord, GroupVersion, Member};
 pub use retention::Policy;
 pub use rollback::RollbackRecord;
 pub use version::{Origin, VersionRecord};

@@ -87,11 +87,60 @@ pub enum Request {
         path: std::path::PathBuf,
         into: Option<String>,
     },
+    /// Volume groups (see [`GroupRequest`]).
+    Group {
+        request: GroupRequest,
+    },
     /// A front-end's own request, served by the handler the holding
     /// process registered ([`super::Extensions::insert`]).
     Extension {
         name: String,
         args: serde_json::Value,
+    },
+}
+
+/// What can be asked about volume groups. Versions of a group are named
+/// `NAME`, a number, or `~N` (N back from the newest).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "group-op", rename_all = "kebab-case")]
+pub enum GroupRequest {
+    Create {
+        group: String,
+        members: Vec<String>,
+    },
+    Change {
+        group: String,
+        add: Vec<String>,
+        remove: Vec<String>,
+    },
+    Delete {
+        group: String,
+    },
+    List,
+    /// The group and its group versions, oldest first.
+    Log {
+        group: String,
+    },
+    Snapshot {
+        group: String,
+        name: Option<String>,
+        label: Option<String>,
+    },
+    Restore {
+        group: String,
+        version: String,
+    },
+    /// Forks `version` (default: a new group snapshot) as group `new`.
+    Fork {
+        group: String,
+        version: Option<String>,
+        new: String,
+    },
+    /// Per member: what changed from `from` to `to` (default: the heads).
+    Diff {
+        group: String,
+        from: String,
+        to: Option<String>,
     },
 }
 
@@ -165,6 +214,7 @@ pub fn execute(
         Request::BundleImport { path, into } => {
             serde_json::to_value(store.bundle_import_file(path, into.as_deref(), progress)?)?
         }
+        Request::Group { request } => group(store, request)?,
         Request::Extension { name, args } => match extensions.get(name) {
             Some(handler) => handler(args)?,
             None => {
@@ -205,4 +255,57 @@ fn log(store: &Store, volume: &str) -> Result<serde_json::Value> {
         "versions": versions,
         "rollbacks": graph.rollbacks(&vol)?,
     }))
+}
+
+fn group(store: &Store, req: &GroupRequest) -> Result<serde_json::Value> {
+    let graph = store.graph();
+    Ok(match req {
+        GroupRequest::Create { group, members } => {
+            serde_json::to_value(graph.group_create(group, members)?)?
+        }
+        GroupRequest::Change { group, add, remove } => {
+            serde_json::to_value(graph.group_change(group, add, remove)?)?
+        }
+        GroupRequest::Delete { group } => serde_json::to_value(graph.group_delete(group)?)?,
+        GroupRequest::List => serde_json::to_value(graph.groups()?)?,
+        GroupRequest::Log { group } => {
+            serde_json::json!({ "group": graph.group(group)?, "versions": graph.group_log(group)? })
+        }
+        GroupRequest::Snapshot { group, name, label } => {
+            let opts =
+                SnapshotOptions { name: name.clone(), label: label.clone(), ..Default::default() };
+            serde_json::to_value(graph.group_snapshot(group, &opts)?)?
+        }
+        GroupRequest::Restore { group, version } => {
+            let to = graph.group_version(group, version)?;
+            let before = graph.group_restore(group, &to)?;
+            serde_json::json!({ "restored": to, "previous": before })
+        }
+        GroupRequest::Fork { group, version, new } => {
+            let from = match version {
+                Some(r) => graph.group_version(group, r)?,
+                None => graph.group_snapshot(group, &SnapshotOptions::default())?,
+            };
+            serde_json::json!({ "from": from, "group": graph.group_fork(&from, new)? })
+        }
+        GroupRequest::Diff { group, from, to } => {
+            let a = graph.group_version(group, from)?;
+            let b = to.as_ref().map(|t| graph.group_version(group, t)).transpose()?;
+            let mut out = Vec::new();
+            for m in &a.members {
+                let old = graph.resolve(&format!("{}@{}", m.volume, m.version))?;
+                let new = match &b {
+                    Some(b) => match b.members.iter().find(|n| n.volume == m.volume) {
+                        Some(n) => graph.resolve(&format!("{}@{}", n.volume, n.version))?,
+                        None => continue,
+                    },
+                    None => graph.resolve(m.volume.as_str())?,
+                };
+                out.push(
+                    serde_json::json!({ "volume": m.volume, "diff": graph.diff(&old, &new)? }),
+                );
+            }
+            serde_json::Value::Array(out)
+        }
+    })
 }

@@ -16,6 +16,7 @@ mod mount_copy;
 mod mount_crash;
 mod mount_errno;
 mod mount_fsx;
+mod mount_group;
 mod mount_handles;
 mod mount_lifecycle;
 mod mount_posix;

@@ -62,6 +62,17 @@ pub fn import(g: &Global, a: ImportArgs) -> anyhow::Result<()> {
         (VolumeKind::Fs, true) => {
             let head = volumes.open_fs(&a.volume)?;
             let mut n = 0;
+            if created {
+                // The tree's top directory is the volume's.
+                let m = std::fs::metadata(&a.source)?;
+                let top = SetAttr {
+                    perm: Some((m.mode() & 0o7777) as u16),
+                    uid: Some(m.uid()),
+                    gid: Some(m.gid()),
+                    ..Default::default()
+                };
+                head.set_attr(ROOT_INO, &top)?;
+            }
             import_dir(&head, ROOT_INO, &a.source, &mut n)?;
             if a.no_snapshot {
                 head.flush()?;

@@ -137,3 +137,53 @@ fn mount_options_reach_the_kernel_as_on_another_filesystem() {
         assert!(err.contains("bogus"), "{err}");
     }
 }
+
+/// The top directory of a new volume belongs to whoever created it; an
+/// imported tree's to the tree's owner, with its mode: a user mounting
+/// their own workspace can write at its top.
+#[test]
+fn the_top_directory_belongs_to_the_volumes_creator_or_the_imported_tree() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    crate::common::mount::require_tool("su");
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = d.path().join("store");
+    crate::common::ok(&s, &["init"]);
+    // `nobody` creates a volume in a store it may write.
+    let chown = |p: &std::path::Path, uid: u32, gid: u32| {
+        let st = std::process::Command::new("chown")
+            .arg("-R")
+            .arg(format!("{uid}:{gid}"))
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    chown(&s, 65534, 65534);
+    // The binary where `nobody` may run it (the build directory may be private).
+    let bin = d.path().join("forkfs");
+    if std::fs::hard_link(crate::common::forkfs_bin(), &bin).is_err() {
+        std::fs::copy(crate::common::forkfs_bin(), &bin).unwrap();
+    }
+    let made = std::process::Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c"])
+        .arg(format!("{} --store {} volume create mine", bin.display(), s.display()))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    chown(&s, 0, 0);
+    let tree = d.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    std::fs::write(tree.join("f"), "x").unwrap();
+    chown(&tree, 1234, 5678);
+    std::fs::set_permissions(&tree, std::fs::Permissions::from_mode(0o710)).unwrap();
+    crate::common::ok(&s, &["import", "theirs", tree.to_str().unwrap()]);
+    let mine = Mounted::new(&s, "mine", &[]);
+    let m = std::fs::metadata(mine.dir()).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (65534, 65534, 0o755));
+    let theirs = Mounted::new(&s, "theirs", &[]);
+    let m = std::fs::metadata(theirs.dir()).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1234, 5678, 0o710));
+    theirs.unmount();
+    mine.unmount();
+}

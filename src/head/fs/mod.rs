@@ -110,8 +110,10 @@ pub fn initial_root(nodes: &dyn NodeStore) -> Result<MapRoot> {
         ino: ROOT_INO,
         kind: FileKind::Dir,
         perm: 0o755,
-        uid: 0,
-        gid: 0,
+        // Whoever creates the volume owns its top directory, as mkdir's.
+        // SAFETY: geteuid and getegid cannot fail and touch no memory.
+        uid: unsafe { libc::geteuid() },
+        gid: unsafe { libc::getegid() },
         nlink: 2,
         size: 0,
         rdev: 0,

@@ -138,11 +138,16 @@ pub(super) fn unmount(dir: &Path, lazy: bool) -> Result<()> {
     }
     let e = std::io::Error::last_os_error();
     if e.raw_os_error() == Some(libc::EBUSY) {
+        let me = std::process::id();
         let users = users::users_of(dir);
         let who = if users.is_empty() {
             "a process".to_string()
         } else {
-            users.iter().map(|(pid, name)| format!("{name} ({pid})")).collect::<Vec<_>>().join(", ")
+            let name = |&(pid, ref name): &(u32, String)| match pid == me {
+                true => format!("this command ({pid}: its working directory is in the mount)"),
+                false => format!("{name} ({pid})"),
+            };
+            users.iter().map(name).collect::<Vec<_>>().join(", ")
         };
         bail!(Error::conflict(format!(
             "{} is busy: used by {who}; close them, or use --lazy to detach it now \

@@ -187,3 +187,20 @@ fn the_top_directory_belongs_to_the_volumes_creator_or_the_imported_tree() {
     theirs.unmount();
     mine.unmount();
 }
+
+/// `forkfs umount` run from inside the mount says that it is the user in
+/// the way, not just a pid.
+#[test]
+fn umount_from_inside_the_mount_says_so() {
+    let (_d, s) = new_store();
+    let m = Mounted::new(&s, "w", &[]);
+    let out = crate::common::command(&s, &["umount", m.dir().to_str().unwrap()])
+        .current_dir(m.dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(err.contains("this command") && err.contains("working directory"), "{err}");
+    assert!(is_fuse_mount(m.dir()), "still mounted");
+    m.unmount();
+}

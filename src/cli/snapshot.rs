@@ -2,8 +2,8 @@
 
 use super::Global;
 use super::output::print_json;
+use forkfs::VersionRecord;
 use forkfs::service::Request;
-use forkfs::{Target, VersionRecord};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,9 +70,8 @@ pub struct TagArgs {
 }
 
 pub fn tag(g: &Global, a: TagArgs) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let v = store.graph().resolve_version(&a.version)?;
-    store.graph().tag(&v, &a.name)?;
+    let req = Request::Tag { version: a.version, name: a.name.clone() };
+    let v: VersionRecord = g.call(&req)?;
     if g.json {
         return print_json(&serde_json::json!({ "version": v.id, "name": a.name }));
     }
@@ -87,9 +86,8 @@ pub struct UntagArgs {
 }
 
 pub fn untag(g: &Global, a: UntagArgs) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let vol = store.volumes().get(&a.volume)?;
-    store.graph().untag(&vol, &a.name)?;
+    let req = Request::Untag { volume: a.volume.clone(), name: a.name.clone() };
+    g.call::<serde_json::Value>(&req)?;
     if g.json {
         return print_json(&serde_json::json!({ "untagged": a.name }));
     }
@@ -104,11 +102,7 @@ pub struct DeleteArgs {
 }
 
 pub fn delete(g: &Global, a: DeleteArgs) -> anyhow::Result<()> {
-    let store = g.open()?;
-    let Target::Version(v) = store.graph().resolve(&a.version)? else {
-        return Err(forkfs::Error::invalid("name a version: VOL@VERSION").into());
-    };
-    store.graph().delete_version(&v)?;
+    let v: VersionRecord = g.call(&Request::DeleteVersion { version: a.version })?;
     if g.json {
         return print_json(&serde_json::json!({ "deleted": v.id }));
     }

@@ -90,15 +90,15 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Delete { name } => {
-            g.open()?.volumes().delete(&name)?;
+            g.call::<serde_json::Value>(&Request::DeleteVolume { name: name.clone() })?;
             if g.json {
                 return print_json(&serde_json::json!({ "deleted": name }));
             }
             println!("deleted volume {name}");
         }
         Cmd::Retention { name, keep_recent, unit, per_bucket, auto_prune, default } => {
-            let store = g.open()?;
-            let rec = store.volumes().get(&name)?;
+            let show = Request::Consistency { volume: name.clone(), mode: None };
+            let rec: VolumeRecord = g.call(&show)?;
             let changed = keep_recent.is_some()
                 || unit.is_some()
                 || per_bucket.is_some()
@@ -114,7 +114,12 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
                 }
                 p.per_bucket = per_bucket.unwrap_or(p.per_bucket);
                 let auto = auto_prune.map_or(rec.auto_prune, |a| a == "on");
-                store.volumes().set_retention(&name, (!default).then_some(p), auto)?
+                let req = Request::Retention {
+                    volume: name.clone(),
+                    policy: (!default).then_some(p),
+                    auto_prune: auto,
+                };
+                g.call(&req)?
             } else {
                 rec
             };

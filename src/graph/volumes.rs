@@ -284,6 +284,12 @@ impl Volumes {
     /// reclaimed by the next GC.
     pub fn delete(&self, name: &str) -> Result<()> {
         let rec = self.get(name)?;
+        if self.opened_id(rec.id).is_some() {
+            return Err(Error::conflict(format!(
+                "volume {name} is in use in the process holding the store (mounted or served): \
+                 unmount it or stop serving it first"
+            )));
+        }
         let head = self.open(name)?;
         let _one = head.checkpoint.lock();
         let _gate = head.gate.write();

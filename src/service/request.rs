@@ -87,6 +87,29 @@ pub enum Request {
         path: std::path::PathBuf,
         into: Option<String>,
     },
+    /// Names version `version` (VOL@VERSION) `name`.
+    Tag {
+        version: String,
+        name: String,
+    },
+    Untag {
+        volume: String,
+        name: String,
+    },
+    /// Deletes version `version` (VOL@VERSION).
+    DeleteVersion {
+        version: String,
+    },
+    /// Deletes a volume no process serves.
+    DeleteVolume {
+        name: String,
+    },
+    /// Sets a volume's retention (`None`: the default) and auto-pruning.
+    Retention {
+        volume: String,
+        policy: Option<Policy>,
+        auto_prune: bool,
+    },
     /// Volume groups (see [`GroupRequest`]).
     Group {
         request: GroupRequest,
@@ -215,6 +238,29 @@ pub fn execute(
             serde_json::to_value(store.bundle_import_file(path, into.as_deref(), progress)?)?
         }
         Request::Group { request } => group(store, request)?,
+        Request::Tag { version, name } => {
+            let v = graph.resolve_version(version)?;
+            graph.tag(&v, name)?;
+            serde_json::to_value(v)?
+        }
+        Request::Untag { volume, name } => {
+            graph.untag(&volumes.get(volume)?, name)?;
+            serde_json::Value::Null
+        }
+        Request::DeleteVersion { version } => {
+            let Target::Version(v) = graph.resolve(version)? else {
+                return Err(Error::invalid("name a version: VOL@VERSION"));
+            };
+            graph.delete_version(&v)?;
+            serde_json::to_value(v)?
+        }
+        Request::DeleteVolume { name } => {
+            volumes.delete(name)?;
+            serde_json::Value::Null
+        }
+        Request::Retention { volume, policy, auto_prune } => {
+            serde_json::to_value(volumes.set_retention(volume, policy.clone(), *auto_prune)?)?
+        }
         Request::Extension { name, args } => match extensions.get(name) {
             Some(handler) => handler(args)?,
             None => {

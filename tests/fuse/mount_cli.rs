@@ -204,3 +204,38 @@ fn umount_from_inside_the_mount_says_so() {
     assert!(is_fuse_mount(m.dir()), "still mounted");
     m.unmount();
 }
+
+/// Naming, deleting and retention reach the mount that holds the store;
+/// a mounted volume cannot be deleted from under it.
+#[test]
+fn names_deletions_and_retention_work_while_mounted() {
+    let (_d, s) = new_store();
+    ok(&s, &["volume", "create", "spare"]);
+    let m = Mounted::new(&s, "w", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("f"), "1").unwrap();
+    ok(&s, &["snapshot", "w"]);
+    std::fs::write(m.path("f"), "2").unwrap();
+    ok(&s, &["snapshot", "w"]);
+    assert!(ok(&s, &["tag", "w@~1", "first"]).contains("w@first"));
+    assert_eq!(std::fs::read_to_string(m.path(".forkfs/versions/first/f")).unwrap(), "1");
+    ok(&s, &["untag", "w", "first"]);
+    let before = json(&s, &["log", "w"]).as_array().unwrap().len();
+    ok(&s, &["delete-version", "w@~1"]);
+    assert_eq!(json(&s, &["log", "w"]).as_array().unwrap().len(), before - 1);
+    let r = json(&s, &["volume", "retention", "w", "--keep-recent", "7"]);
+    assert_eq!(r["policy"]["keep_recent"], 7, "{r}");
+    assert_eq!(json(&s, &["volume", "retention", "w"])["policy"]["keep_recent"], 7);
+    let (code, msg) = fails(&s, &["volume", "delete", "w"]);
+    assert_eq!(code, 75, "{msg}");
+    assert!(msg.contains("unmount"), "{msg}");
+    assert_eq!(std::fs::read_to_string(m.path("f")).unwrap(), "2", "the mount goes on");
+    ok(&s, &["volume", "delete", "spare"]);
+    let names: Vec<String> = json(&s, &["volume", "list"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["w"]);
+    m.unmount();
+}

@@ -149,6 +149,9 @@ impl Store {
         let made = self.bundle_create(range, &mut f, progress).and_then(|r| {
             f.sync_all()?;
             std::fs::rename(&tmp, path)?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
             Ok(r)
         });
         if made.is_err() {

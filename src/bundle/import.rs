@@ -88,16 +88,25 @@ impl Store {
         let _session = chunks.write_session();
         let (mut new, mut known) = (0u64, 0u64);
         let c = read_all(&mut r, progress, &mut |id, plain| {
-            if chunks.contains(&id)? {
-                known += 1;
-            } else {
-                chunks.put_with_id(id, &plain)?;
-                new += 1;
+            match chunks.contains(&id)? {
+                true => known += 1,
+                false => new += 1,
             }
-            Ok(())
+            // Even a chunk the store has: a put is what a running GC tracks,
+            // so the chunk cannot be swept before the versions name it.
+            chunks.put_with_id(id, &plain)
         })?;
         chunks.flush()?;
         self.check_complete(&c.versions, progress)?;
+        // What could still refuse the import is checked before anything is made.
+        if let Some(p) = &shape.retention
+            && (p.unit_ms == 0 || p.per_bucket == 0)
+        {
+            return Err(Error::corrupt("the bundle is damaged: its volume's retention is invalid"));
+        }
+        for (n, _) in &c.names {
+            crate::graph::check_name(n)?;
+        }
         let created = existing.is_none();
         if created {
             let v = self.volumes().create(

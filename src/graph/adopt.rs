@@ -198,7 +198,12 @@ impl Graph {
         // were recorded in is being replaced. A clean head has allocated
         // no inode number since `common`, so the tip's own count holds.
         let new_head = match tip {
-            Some(tip) if head.is_clean_but_accesses()? => {
+            // Unsealed writes of a deferred (btrfs-mode) head belong to the
+            // tree in place: such a head stays, as one with changes does.
+            Some(tip)
+                if head.is_clean_but_accesses()?
+                    && !head.block().is_some_and(|b| b.has_pending()) =>
+            {
                 out.head_moved = true;
                 HeadRecord { base: Some(tip.id), root: tip.root, next_seq }
             }

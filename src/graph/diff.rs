@@ -98,13 +98,15 @@ impl Graph {
         if ka != kb || bs != bs2 {
             return Err(Error::invalid("cannot diff volumes of different kinds or block sizes"));
         }
-        // Heads are read under their gates so a checkpoint cannot move them mid-diff.
-        let _ga = if let Side::Head(h) = &sa { Some(h.gate.read()) } else { None };
-        let _gb = match (&sa, &sb) {
-            (Side::Head(x), Side::Head(y)) if Arc::ptr_eq(x, y) => None,
-            (_, Side::Head(h)) => Some(h.gate.read()),
-            _ => None,
-        };
+        // Heads are read under their gates so a checkpoint cannot move them
+        // mid-diff; taken in volume id order, as a group snapshot takes them.
+        let mut heads: Vec<&Arc<crate::head::Head>> = [&sa, &sb]
+            .into_iter()
+            .filter_map(|s| if let Side::Head(h) = s { Some(h) } else { None })
+            .collect();
+        heads.sort_by_key(|h| h.record().id);
+        heads.dedup_by(|x, y| Arc::ptr_eq(x, y));
+        let _gates: Vec<_> = heads.iter().map(|h| h.gate.read()).collect();
         let mut keys = BTreeSet::new();
         for c in self.storage.map().diff(sa.root(), sb.root())? {
             keys.insert((Space::Root, c.key));

@@ -30,6 +30,7 @@ impl Graph {
         VolumeName::new(name).map_err(|_| {
             Error::invalid(format!("invalid group name {name:?}: use A-Z a-z 0-9 . _ -"))
         })?;
+        let _g = self.groups.lock();
         if self.db().get_meta(&keys::group(name))?.is_some() {
             return Err(Error::conflict(format!("a group named {name} already exists")));
         }
@@ -103,6 +104,7 @@ impl Graph {
 
     /// Deletes a group and its group versions; the members' versions stay.
     pub fn group_delete(&self, name: &str) -> Result<()> {
+        let _g = self.groups.lock();
         let log = self.group_log(name)?;
         let backend = self.storage.chunks.backend();
         for g in &log {
@@ -153,6 +155,8 @@ impl Graph {
 
     /// One version of every member of group `name`, at one cut.
     pub fn group_snapshot(&self, name: &str, opts: &SnapshotOptions) -> Result<GroupVersion> {
+        // Taken before any head's locks; nothing takes it under them.
+        let held = self.groups.lock();
         let group = self.group(name)?;
         self.check_group_name(name, opts.name.as_deref())?;
         let mut heads = Vec::new();
@@ -182,7 +186,8 @@ impl Graph {
             members.push(Member { volume: v.volume_name.clone(), version: v.id });
         }
         members.sort_by(|a, b| a.volume.as_str().cmp(b.volume.as_str()));
-        self.record_group_version(name, opts.name.clone(), Some(label), Origin::Manual, members)
+        let g = Some(label);
+        self.record_group_version(&held, name, opts.name.clone(), g, Origin::Manual, members)
     }
 
     fn check_group_name(&self, group: &str, name: Option<&str>) -> Result<()> {
@@ -197,8 +202,11 @@ impl Graph {
         Ok(())
     }
 
+    /// Appends a group version to the log of `group` (`_held`: the lock
+    /// of groups, so two appends never take one number).
     fn record_group_version(
         &self,
+        _held: &parking_lot::MutexGuard<'_, ()>,
         group: &str,
         name: Option<String>,
         label: Option<String>,
@@ -224,9 +232,11 @@ impl Graph {
         Ok(g)
     }
 
-    /// Restores every member of group `name` to its version in `to`. Each
-    /// member's old head is kept as a version, and together they are a
-    /// group version too, so the whole restore can be undone; returned.
+    /// Restores every member of group `name` to its version in `to`, one
+    /// after another. Each member's old head is kept as a version, and
+    /// together they are a group version too (each member's state when its
+    /// restore began: not one cut), so the whole restore can be undone;
+    /// returned. A member that fails stops it: those before are restored.
     pub fn group_restore(&self, name: &str, to: &GroupVersion) -> Result<GroupVersion> {
         let versions = self.member_versions(to)?;
         let mut before = Vec::new();
@@ -235,7 +245,8 @@ impl Graph {
             before.push(Member { volume: pre.volume_name.clone(), version: pre.id });
         }
         let label = format!("before restore to {}", describe(to));
-        self.record_group_version(name, None, Some(label), Origin::Restore, before)
+        let held = self.groups.lock();
+        self.record_group_version(&held, name, None, Some(label), Origin::Restore, before)
     }
 
     /// Forks every member of `to` as `NEW.MEMBER`, in a new group `new`.

@@ -27,6 +27,7 @@ pub mod volumes;
 
 pub use adopt::Foreign;
 pub use diff::{BlockRange, Diff, PathChange, PathDiff};
+pub(crate) use refs::check_tag as check_name;
 pub use volumes::{DEFAULT_FS_SIZE, Volumes};
 
 use crate::db::Db;
@@ -81,11 +82,13 @@ pub struct Graph {
     volumes: Arc<Volumes>,
     /// Called after each restore (see [`Graph::on_restore`]).
     restore_hooks: Mutex<Vec<(u64, RestoreHook)>>,
+    /// Serializes changes to groups and their logs (`group.rs`).
+    groups: Mutex<()>,
 }
 
 impl Graph {
     pub(crate) fn new(storage: Arc<Storage>, volumes: Arc<Volumes>) -> Graph {
-        Graph { storage, volumes, restore_hooks: Mutex::new(Vec::new()) }
+        Graph { storage, volumes, restore_hooks: Mutex::new(Vec::new()), groups: Mutex::new(()) }
     }
 
     fn db(&self) -> &Db {

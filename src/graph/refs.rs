@@ -243,7 +243,7 @@ impl Graph {
     }
 }
 
-pub(super) fn check_tag(name: &str) -> Result<()> {
+pub(crate) fn check_tag(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('~')

@@ -290,6 +290,7 @@ impl Volumes {
                  unmount it or stop serving it first"
             )));
         }
+        self.check_no_group(name)?;
         let head = self.open(name)?;
         let _one = head.checkpoint.lock();
         let _gate = head.gate.write();
@@ -322,6 +323,31 @@ impl Volumes {
         }
         head.mark_deleted();
         self.storage.log.drop_below(rec.id, u64::MAX)
+    }
+
+    /// Refuses to delete a volume a group has, or whose versions a group
+    /// version names (they would be deleted with it).
+    fn check_no_group(&self, name: &str) -> Result<()> {
+        let db = &self.storage.db;
+        for (_, v) in db.scan_meta(keys::GROUP_PREFIX)? {
+            let g: crate::records::GroupRecord = serde_json::from_slice(&v)?;
+            if g.members.iter().any(|m| m.as_str() == name) {
+                return Err(Error::conflict(format!(
+                    "volume {name} is a member of group {}: `forkfs group remove {} {name}` first",
+                    g.name, g.name
+                )));
+            }
+        }
+        for (_, v) in db.scan_meta(keys::GROUP_LOG_PREFIX)? {
+            let g: crate::records::GroupVersion = serde_json::from_slice(&v)?;
+            if g.members.iter().any(|m| m.volume.as_str() == name) {
+                return Err(Error::conflict(format!(
+                    "versions of {name} are in group {}'s versions: `forkfs group delete {}` first",
+                    g.group, g.group
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Sets a block volume's consistency mode. A head open in this process

@@ -279,3 +279,33 @@ fn tree(root: &Path) -> Vec<(String, u32, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// A btrfs-mode disk's writes that no safe point sealed belong to the
+/// tree in place: an import does not move such a head under them.
+#[test]
+fn a_head_with_unsealed_writes_is_not_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Store::init(&dir.path().join("a"), forkfs::StoreConfig::default()).unwrap();
+    let b = Store::init(&dir.path().join("b"), forkfs::StoreConfig::default()).unwrap();
+    a.volumes().create("disk", forkfs::VolumeKind::Block, Some(4 << 20), None).unwrap();
+    let h = a.volumes().open_block("disk").unwrap();
+    h.write_at(0, &random(65536, 1)).unwrap();
+    a.graph().snapshot("disk", &SnapshotOptions::default()).unwrap();
+    let mut whole = Vec::new();
+    a.bundle_create("disk", &mut whole, &forkfs::Quiet).unwrap();
+    h.write_at(65536, &random(65536, 2)).unwrap();
+    a.graph().snapshot("disk", &SnapshotOptions::default()).unwrap();
+    let mut inc = Vec::new();
+    a.bundle_create("disk@~1..", &mut inc, &forkfs::Quiet).unwrap();
+    b.bundle_import(&mut &whole[..], None, &forkfs::Quiet).unwrap();
+    b.volumes().set_consistency("disk", forkfs::Consistency::Btrfs).unwrap();
+    let hb = b.volumes().open_block("disk").unwrap();
+    let mine = random(65536, 3);
+    hb.write_at(3 << 20, &mine).unwrap();
+    let r = b.bundle_import(&mut &inc[..], None, &forkfs::Quiet).unwrap();
+    assert_eq!(r.versions.len(), 1);
+    assert!(!r.head_moved, "the head moved under unsealed writes");
+    let mut got = vec![0u8; 65536];
+    hb.read_at(3 << 20, &mut got).unwrap();
+    assert_eq!(got, mine);
+}

@@ -13,5 +13,6 @@ mod crash;
 mod deferred;
 mod fs_api;
 mod graph_model;
+mod group;
 mod lost_rewrite;
 mod prune;

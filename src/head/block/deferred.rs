@@ -120,6 +120,11 @@ impl State {
         }
     }
 
+    /// Whether writes wait for a seal (a head with them is not clean).
+    pub(crate) fn has_pending(&self) -> bool {
+        self.deferred.lock().as_ref().is_some_and(|d| !d.pending.is_empty())
+    }
+
     /// The lowest data log segment pending entries name: a checkpoint must
     /// not drop it.
     pub(crate) fn pending_min_segment(&self) -> Option<u64> {

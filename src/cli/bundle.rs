@@ -82,16 +82,17 @@ fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// A private directory for a bundle on its way between a pipe and the
-/// process holding the store, which reads and writes files, not pipes.
-fn spool() -> anyhow::Result<tempfile::TempDir> {
+/// process holding the store, which reads and writes files, not pipes: in
+/// the store's directory, which that process sees whatever its /tmp is.
+fn spool(g: &Global) -> anyhow::Result<tempfile::TempDir> {
     tempfile::Builder::new()
-        .prefix("forkfs-bundle-")
-        .tempdir()
-        .context("cannot make a spool directory")
+        .prefix("spool-bundle-")
+        .tempdir_in(g.store_dir())
+        .context("cannot make a spool directory in the store")
 }
 
 fn create_through_holder(g: &Global, range: &str, progress: &Stages) -> anyhow::Result<Report> {
-    let dir = spool()?;
+    let dir = spool(g)?;
     let path = dir.path().join("out.bundle");
     let req = Request::BundleCreate { range: range.to_string(), path: path.clone() };
     let r = g.call_with(&req, progress)?;
@@ -104,7 +105,7 @@ fn import_through_holder(
     into: &Option<String>,
     progress: &Stages,
 ) -> anyhow::Result<Report> {
-    let dir = spool()?;
+    let dir = spool(g)?;
     let path = dir.path().join("in.bundle");
     std::io::copy(&mut std::io::stdin().lock(), &mut std::fs::File::create(&path)?)?;
     g.call_with(&Request::BundleImport { path, into: into.clone() }, progress)

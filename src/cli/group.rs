@@ -133,10 +133,13 @@ pub fn fork(g: &Global, spec: String, new: String) -> anyhow::Result<()> {
 }
 
 /// `forkfs log --group NAME`: group versions, newest first.
-pub fn log(g: &Global, group: String) -> anyhow::Result<()> {
+pub fn log(g: &Global, group: String, limit: Option<usize>) -> anyhow::Result<()> {
     let j: serde_json::Value = call(g, GroupRequest::Log { group })?;
     let mut versions: Vec<GroupVersion> = serde_json::from_value(j["versions"].clone())?;
     versions.reverse();
+    if let Some(n) = limit {
+        versions.truncate(n);
+    }
     if g.json {
         return print_json(&versions);
     }
@@ -148,7 +151,13 @@ pub fn log(g: &Global, group: String) -> anyhow::Result<()> {
 }
 
 /// `forkfs diff --group NAME A [B]`: each member's diff.
-pub fn diff(g: &Global, group: String, from: String, to: Option<String>) -> anyhow::Result<()> {
+pub fn diff(
+    g: &Global,
+    group: String,
+    from: String,
+    to: Option<String>,
+    stat: bool,
+) -> anyhow::Result<()> {
     let j: serde_json::Value = call(g, GroupRequest::Diff { group, from, to })?;
     if g.json {
         return print_json(&j);
@@ -156,7 +165,7 @@ pub fn diff(g: &Global, group: String, from: String, to: Option<String>) -> anyh
     for m in j.as_array().into_iter().flatten() {
         let d: forkfs::Diff = serde_json::from_value(m["diff"].clone())?;
         println!("== {}", m["volume"].as_str().unwrap_or("?"));
-        super::log::print_diff(d, false);
+        super::log::print_diff(d, stat);
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ pub struct LogArgs {
 /// store (through its control socket).
 pub fn log(g: &Global, a: LogArgs) -> anyhow::Result<()> {
     let volume = match (a.volume, a.group) {
-        (_, Some(group)) => return super::group::log(g, group),
+        (_, Some(group)) => return super::group::log(g, group, a.limit),
         (Some(v), None) => v,
         (None, None) => anyhow::bail!("name a volume, or a group with --group"),
     };
@@ -115,7 +115,7 @@ pub struct DiffArgs {
 
 pub fn diff(g: &Global, a: DiffArgs) -> anyhow::Result<()> {
     if let Some(group) = a.group {
-        return super::group::diff(g, group, a.from, a.to);
+        return super::group::diff(g, group, a.from, a.to, a.stat);
     }
     let req = Request::Diff { from: a.from.clone(), to: a.to.clone() };
     let d: Diff = g.call(&req)?;

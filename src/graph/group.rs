@@ -281,6 +281,34 @@ impl Graph {
     }
 }
 
+impl Graph {
+    /// Takes groups and group versions from their objects where the index
+    /// does not have them (rebuilding a lost index); returns how many.
+    pub(crate) fn import_groups(&self) -> Result<usize> {
+        let backend = self.storage.chunks.backend();
+        let db = self.db();
+        let mut b = Batch::default();
+        let mut n = 0;
+        for o in backend.list(objects::GROUPS)? {
+            let raw = backend.get(&o.location)?;
+            let key = if let Ok(g) = serde_json::from_slice::<GroupVersion>(&raw) {
+                keys::group_log(&g.group, g.seq)
+            } else if let Ok(g) = serde_json::from_slice::<GroupRecord>(&raw) {
+                keys::group(&g.name)
+            } else {
+                tracing::warn!(object = %o.location, "not a group record; left alone");
+                continue;
+            };
+            if db.get_meta(&key)?.is_none() {
+                db.put_meta(&mut b, &key, &raw);
+                n += 1;
+            }
+        }
+        db.write(b, true)?;
+        Ok(n)
+    }
+}
+
 /// `GROUP@NAME` or `GROUP@SEQ`.
 pub fn describe(g: &GroupVersion) -> String {
     match &g.name {

@@ -141,7 +141,8 @@ impl Store {
         let publisher = store.remote().map(|r| r.publisher());
         let report = crate::sync::attach(store.storage(), publisher, progress)?;
         let tags = store.graph().import_tags()?;
-        tracing::warn!(?report, tags, "rebuilt the index from the object store");
+        let groups = store.graph().import_groups()?;
+        tracing::warn!(?report, tags, groups, "rebuilt the index from the object store");
         Ok(store)
     }
 

@@ -66,3 +66,26 @@ fn a_group_keeps_its_members() {
     let (code, _) = fails(&s, &["snapshot", "--group", "env"]);
     assert_eq!(code, 66);
 }
+
+/// A lost index comes back with its groups and group versions.
+#[test]
+fn groups_survive_an_index_rebuild() {
+    let (_d, s) = store();
+    ok(&s, &["volume", "create", "a"]);
+    ok(&s, &["volume", "create", "b"]);
+    ok(&s, &["group", "create", "env", "a", "b"]);
+    ok(&s, &["snapshot", "--group", "env", "--name", "one"]);
+    ok(&s, &["snapshot", "--group", "env"]);
+    let before = (
+        crate::common::json(&s, &["group", "list"]),
+        crate::common::json(&s, &["log", "--group", "env"]),
+    );
+    std::fs::remove_dir_all(s.join("index")).unwrap();
+    ok(&s, &["fsck", "--repair"]);
+    let after = (
+        crate::common::json(&s, &["group", "list"]),
+        crate::common::json(&s, &["log", "--group", "env"]),
+    );
+    assert_eq!(before, after);
+    assert_eq!(after.1.as_array().unwrap().len(), 2);
+}

@@ -232,21 +232,48 @@ impl Graph {
         Ok(g)
     }
 
-    /// Restores every member of group `name` to its version in `to`, one
-    /// after another. Each member's old head is kept as a version, and
-    /// together they are a group version too (each member's state when its
-    /// restore began: not one cut), so the whole restore can be undone;
-    /// returned. A member that fails stops it: those before are restored.
+    /// Restores every member of group `name` to its version in `to`, at
+    /// one cut: every member's locks are taken (as a snapshot takes them)
+    /// and every version checked to fit before any member changes. Each
+    /// member's old head is kept as a version; together they are a group
+    /// version too, so the whole restore can be undone; returned.
     pub fn group_restore(&self, name: &str, to: &GroupVersion) -> Result<GroupVersion> {
-        let versions = self.member_versions(to)?;
-        let mut before = Vec::new();
-        for v in &versions {
-            let pre = self.restore(v.volume_name.as_str(), v)?;
-            before.push(Member { volume: pre.volume_name.clone(), version: pre.id });
-        }
-        let label = format!("before restore to {}", describe(to));
         let held = self.groups.lock();
-        self.record_group_version(&held, name, None, Some(label), Origin::Restore, before)
+        let versions = self.member_versions(to)?;
+        let mut heads = Vec::new();
+        for v in &versions {
+            let head = self.volumes.open(v.volume_name.as_str())?;
+            super::restore::check_fits(&head, v)?;
+            heads.push((head, v));
+        }
+        heads.sort_by_key(|(h, _)| h.record().id);
+        let mut before = Vec::new();
+        {
+            let _ones: Vec<_> = heads.iter().map(|(h, _)| h.checkpoint.lock()).collect();
+            let _gates: Vec<_> = heads.iter().map(|(h, _)| h.gate.write()).collect();
+            for (h, v) in &heads {
+                let pre = self.restore_held(h, v).map_err(|e| {
+                    e.context(format!(
+                        "group {name}: the restore of {} failed ({} of {} members restored \
+                         before it)",
+                        h.record().name,
+                        before.len(),
+                        heads.len()
+                    ))
+                })?;
+                before.push((pre, *v));
+            }
+        }
+        for (pre, v) in &before {
+            self.restored(v.volume_name.as_str(), pre, v);
+        }
+        let mut members: Vec<Member> = before
+            .iter()
+            .map(|(pre, _)| Member { volume: pre.volume_name.clone(), version: pre.id })
+            .collect();
+        members.sort_by(|a, b| a.volume.as_str().cmp(b.volume.as_str()));
+        let label = format!("before restore to {}", describe(to));
+        self.record_group_version(&held, name, None, Some(label), Origin::Restore, members)
     }
 
     /// Forks every member of `to` as `NEW.MEMBER`, in a new group `new`.

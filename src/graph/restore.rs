@@ -4,6 +4,7 @@
 use super::{Graph, Restored, SnapshotOptions};
 use crate::db::Batch;
 use crate::error::{Error, ErrorKind, Result};
+use crate::head::Head;
 use crate::head::fs::inode::META_KEY;
 use crate::head::overlay::{Dirty, Space};
 use crate::id::VolumeName;
@@ -45,32 +46,37 @@ impl Graph {
     /// Sets the head of `volume` to `to`. The old head is recorded as a
     /// version first, so a restore can itself be undone; returns that version.
     pub fn restore(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
-        let pre = self.restore_locked(volume, to)?;
-        let hooks: Vec<_> = self.restore_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
-        let done = Restored { volume, before: &pre, to };
-        for h in hooks {
-            h(&done);
-        }
+        let head = self.volumes.open(volume)?;
+        check_fits(&head, to)?;
+        let pre = {
+            let _one = head.checkpoint.lock();
+            let _gate = head.gate.write();
+            self.restore_held(&head, to)?
+        };
+        self.restored(volume, &pre, to);
         Ok(pre)
     }
 
-    fn restore_locked(&self, volume: &str, to: &VersionRecord) -> Result<VersionRecord> {
-        let head = self.volumes.open(volume)?;
-        let rec = head.record().clone();
-        if to.kind != rec.kind || to.block_size != rec.block_size || to.size != rec.size {
-            return Err(Error::invalid(format!(
-                "version {} ({} {} bytes) does not fit volume {}",
-                to.id.short(),
-                to.kind,
-                to.size,
-                rec.name
-            )));
+    /// Tells the restore hooks (after the head's locks are let go).
+    pub(super) fn restored(&self, volume: &str, before: &VersionRecord, to: &VersionRecord) {
+        let hooks: Vec<_> = self.restore_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
+        let done = Restored { volume, before, to };
+        for h in hooks {
+            h(&done);
         }
-        let _one = head.checkpoint.lock();
-        let _gate = head.gate.write();
+    }
+
+    /// Restores `head`, whose checkpoint lock and gate the caller holds
+    /// (and which [`check_fits`] passed).
+    pub(super) fn restore_held(
+        &self,
+        head: &std::sync::Arc<Head>,
+        to: &VersionRecord,
+    ) -> Result<VersionRecord> {
+        let rec = head.record().clone();
         head.check_live()?;
         let pre = self.checkpoint(
-            &head,
+            head,
             &SnapshotOptions {
                 label: Some(format!("before restore to {}", to.id.short())),
                 origin: Some(Origin::Restore),
@@ -82,7 +88,7 @@ impl Graph {
         // Inode numbers never go back: one the kernel or an open file still
         // knows must not name a different file after the restore.
         let fs_meta = match rec.kind {
-            VolumeKind::Fs => Some(crate::head::fs::restored_meta(&head, to.root)?),
+            VolumeKind::Fs => Some(crate::head::fs::restored_meta(head, to.root)?),
             VolumeKind::Block => None,
         };
         // Unsealed writes of a deferred head belong to the tree being replaced.
@@ -109,4 +115,19 @@ impl Graph {
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");
         Ok(pre)
     }
+}
+
+/// Whether version `to` can be the state of `head`'s volume.
+pub(super) fn check_fits(head: &Head, to: &VersionRecord) -> Result<()> {
+    let rec = head.record();
+    if to.kind != rec.kind || to.block_size != rec.block_size || to.size != rec.size {
+        return Err(Error::invalid(format!(
+            "version {} ({} {} bytes) does not fit volume {}",
+            to.id.short(),
+            to.kind,
+            to.size,
+            rec.name
+        )));
+    }
+    Ok(())
 }

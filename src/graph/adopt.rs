@@ -224,14 +224,27 @@ impl Graph {
             out.named.push(name.clone());
         }
         db.put_json(&mut b, &keys::head(rec.id), &new_head)?;
+        // As a restore: inode numbers a mount may know never name another
+        // file (the counter kept is bookkeeping, not a change).
+        let counter = match (out.head_moved, rec.kind) {
+            (true, crate::records::VolumeKind::Fs) => {
+                Some(crate::head::fs::restored_meta(&head, new_head.root)?)
+            }
+            _ => None,
+        };
         if out.head_moved {
             head.overlay().clear(&mut b);
+        }
+        if let Some(m) = &counter {
+            let meta = crate::head::fs::inode::META_KEY;
+            let value = crate::head::overlay::Dirty::Value(m.clone());
+            head.overlay().put(&mut b, crate::head::overlay::Space::Root, 0, meta, &value);
         }
         db.write(b, true)?;
         head.set_state(new_head);
         if out.head_moved {
             head.overlay().cleared();
-            head.accessed_only.store(false, std::sync::atomic::Ordering::Release);
+            head.accessed_only.store(counter.is_some(), std::sync::atomic::Ordering::Release);
             head.reload_zeroed()?;
         }
         self.volumes.committed();

@@ -103,13 +103,16 @@ impl Graph {
         let mut b = Batch::default();
         self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
         head.overlay().clear(&mut b);
+        // The inode counter kept is bookkeeping, not a change: the head is
+        // the version's state, and takes no automatic version for it.
+        let counter_only = fs_meta.is_some();
         if let Some(m) = fs_meta {
             head.overlay().put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(m));
         }
         self.db().write(b, true)?;
         self.volumes.committed();
         head.overlay().cleared();
-        head.accessed_only.store(false, std::sync::atomic::Ordering::Release);
+        head.accessed_only.store(counter_only, std::sync::atomic::Ordering::Release);
         head.set_state(new_head);
         head.reload_zeroed()?;
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");

@@ -239,3 +239,30 @@ fn names_deletions_and_retention_work_while_mounted() {
     assert_eq!(names, ["w"]);
     m.unmount();
 }
+
+/// A restore leaves the head at the version's state: no automatic version
+/// follows it (sync, unmount) unless something changes, and a file made
+/// after it still gets an inode number no earlier file had.
+#[test]
+fn a_restore_takes_no_extra_version() {
+    let (_d, s) = new_store();
+    let m = Mounted::new(&s, "w", &["--checkpoint-every", "0"]);
+    std::fs::write(m.path("a"), "1").unwrap();
+    ok(&s, &["snapshot", "w", "--name", "one"]);
+    std::fs::write(m.path("b"), "2").unwrap();
+    let b_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(m.path("b")).unwrap());
+    ok(&s, &["snapshot", "w"]);
+    ok(&s, &["restore", "w", "one"]);
+    let n = json(&s, &["log", "w"]).as_array().unwrap().len();
+    let synced = json(&s, &["sync", "w"]);
+    assert_eq!(synced[0]["recorded"], false, "{synced}");
+    assert_eq!(json(&s, &["log", "w"]).as_array().unwrap().len(), n);
+    std::fs::write(m.path("c"), "3").unwrap();
+    let c_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(m.path("c")).unwrap());
+    assert!(c_ino > b_ino, "inode {c_ino} after the restore, {b_ino} before it");
+    std::fs::remove_file(m.path("c")).unwrap();
+    let m = m.remount();
+    assert!(!m.path("b").exists() && !m.path("c").exists());
+    assert_eq!(std::fs::read_to_string(m.path("a")).unwrap(), "1");
+    m.unmount();
+}

@@ -87,6 +87,8 @@ pub(crate) fn only_accesses(head: &Head) -> Result<bool> {
                     _ => false,
                 }
             }
+            // The inode counter alone (kept by a restore) is bookkeeping.
+            (Space::Root, Dirty::Value(_)) => true,
             _ => false,
         };
         if !same {

@@ -108,11 +108,19 @@ impl Drop for Record {
 
 pub fn alive(pid: u32) -> bool {
     // Signal 0 checks existence; a zombie child of ours does not count.
+    // Nor does a process whose first thread is a zombie while others are
+    // still being torn down: those hold its files (the store's lock) a
+    // moment longer, so it is alive until every thread is gone.
     let exists = unsafe { libc::kill(pid as i32, 0) } == 0;
+    let live_task = |stat: &str| {
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        !(state.starts_with('Z') || state.starts_with('X'))
+    };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
     exists
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(false)
+        && tasks
+            .flatten()
+            .any(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| live_task(&s)))
 }
 
 /// Live mounts recorded in `store`.

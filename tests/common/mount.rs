@@ -193,10 +193,22 @@ pub fn lazy_unmount(dir: &Path) {
 /// Waits up to `secs` seconds for process `pid` to exit; whether it did.
 pub fn wait_gone(pid: u32, secs: u64) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Gone when no thread of it is left but zombies: a first thread that
+    // is a zombie while others are torn down still holds the process's
+    // files (the store's lock).
+    let live = |stat: &str| {
         let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-        if stat.is_empty() || state.starts_with('Z') || state.starts_with('X') {
+        !stat.is_empty() && !state.starts_with('Z') && !state.starts_with('X')
+    };
+    loop {
+        let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.flatten()
+                    .map(|t| std::fs::read_to_string(t.path().join("stat")).unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !tasks.iter().any(|s| live(s)) {
             return true;
         }
         if std::time::Instant::now() > deadline {

@@ -232,9 +232,36 @@ impl Graph {
             };
             paths.push(entry);
         }
+        let mut paths = replaced_is_modified(paths);
         paths.sort_by(|x, y| x.path.cmp(&y.path));
         Ok(Diff::Fs { paths })
     }
+}
+
+/// A file replaced under its own name (as editors and `sed -i` save: a
+/// new file renamed over the old one) is one modification of that path,
+/// not a deletion and an addition.
+fn replaced_is_modified(paths: Vec<PathDiff>) -> Vec<PathDiff> {
+    let mut deleted: std::collections::HashMap<(String, String), PathDiff> = Default::default();
+    let mut out = Vec::with_capacity(paths.len());
+    for p in paths {
+        match p.change {
+            PathChange::Deleted if p.kind != "dir" => {
+                deleted.insert((p.path.clone(), p.kind.clone()), p);
+            }
+            _ => out.push(p),
+        }
+    }
+    for p in &mut out {
+        if p.change == PathChange::Added
+            && let Some(old) = deleted.remove(&(p.path.clone(), p.kind.clone()))
+        {
+            p.change = PathChange::Modified;
+            p.old_size = old.old_size;
+        }
+    }
+    out.extend(deleted.into_values());
+    out
 }
 
 fn content_differs(o: &Inode, n: &Inode) -> bool {

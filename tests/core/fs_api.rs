@@ -102,6 +102,38 @@ fn path_diffs_see_adds_deletes_renames_and_the_dirty_head() {
     assert!(back.contains(&(PathChange::Added, "/gone".to_string())));
 }
 
+/// A file saved the way editors and `sed -i` save (a new file renamed
+/// over the old) is one modification of its path; a file deleted and
+/// another of another kind made under its name stay two changes.
+#[test]
+fn a_file_replaced_under_its_name_is_modified() {
+    let (_d, store) = setup();
+    let h = store.volumes().open_fs("ws").unwrap();
+    let f = h.create(ROOT_INO, b"config", FileKind::File, 0o644, (0, 0), None).unwrap();
+    h.write_file(f.ino, 0, b"port = 1").unwrap();
+    h.create(ROOT_INO, b"link", FileKind::Symlink, 0o777, (0, 0), Some(b"config")).unwrap();
+    let base = store.graph().snapshot("ws", &SnapshotOptions::default()).unwrap();
+    let tmp = h.create(ROOT_INO, b".config.swp", FileKind::File, 0o644, (0, 0), None).unwrap();
+    h.write_file(tmp.ino, 0, b"port = 22").unwrap();
+    let never = &forkfs::fs::never_open;
+    h.rename(ROOT_INO, b".config.swp", ROOT_INO, b"config", forkfs::fs::RenameMode::Replace, never)
+        .unwrap();
+    h.unlink(ROOT_INO, b"link", never).unwrap();
+    h.create(ROOT_INO, b"link", FileKind::Dir, 0o755, (0, 0), None).unwrap();
+    let d = store.graph().diff(&Target::Version(base), &store.graph().resolve("ws").unwrap());
+    let Diff::Fs { paths } = d.unwrap() else { panic!("not an fs diff") };
+    let got: Vec<_> =
+        paths.iter().map(|p| (p.change, p.path.as_str(), p.old_size, p.new_size)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (PathChange::Modified, "/config", Some(8), Some(9)),
+            (PathChange::Added, "/link", None, Some(0)),
+            (PathChange::Deleted, "/link", Some(6), None),
+        ]
+    );
+}
+
 /// What a restore hands its hooks: exactly the inodes and names that differ
 /// (a mount drops only those from the kernel's caches), however large the
 /// unchanged rest of the tree.

@@ -17,7 +17,6 @@ mod create;
 mod format;
 mod import;
 
-pub use create::Range;
 pub use import::verify;
 
 use crate::graph::Foreign;

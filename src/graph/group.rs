@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::id::{VersionId, VolumeName};
 use crate::objects::keys as objects;
 use crate::records::{
-    GroupRecord, GroupVersion, Member, Origin, RECORD_FORMAT, VersionRecord, VolumeRecord, keys,
+    GroupRecord, GroupVersion, Member, Origin, RECORD_FORMAT, VersionRecord, keys,
 };
 use std::collections::HashSet;
 
@@ -300,11 +300,6 @@ impl Graph {
                 Target::Head(_) => Err(Error::not_found("no such version")),
             })
             .collect()
-    }
-
-    /// The volume records of a group's members.
-    pub fn group_volumes(&self, group: &GroupRecord) -> Result<Vec<VolumeRecord>> {
-        group.members.iter().map(|m| self.volumes.get(m.as_str())).collect()
     }
 }
 

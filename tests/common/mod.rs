@@ -125,3 +125,18 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// `forkfs --store A BUNDLE_CREATE... | forkfs --store B BUNDLE_IMPORT...`:
+/// the outputs of both sides (the first's stdout is the pipe).
+pub fn piped(a: &Path, first: &[&str], b: &Path, second: &[&str]) -> (Output, Output) {
+    let mut left = command(a, first)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("forkfs binary runs");
+    let right = command(b, second)
+        .stdin(left.stdout.take().expect("a pipe"))
+        .output()
+        .expect("forkfs binary runs");
+    (left.wait_with_output().expect("forkfs binary ends"), right)
+}

@@ -2,7 +2,7 @@
 //! between two stores that share nothing, with real binaries.
 
 use crate::common::mount::new_store as store;
-use crate::common::{command, fails, json, ok, random};
+use crate::common::{fails, json, ok, random};
 use forkfs::fs::{FileKind, ROOT_INO};
 use forkfs::{SnapshotOptions, Store};
 use std::path::{Path, PathBuf};
@@ -188,16 +188,8 @@ fn a_pipe_carries_a_bundle_between_stores() {
     let first = a_dir.path().join("first.bundle");
     ok(&a, &["bundle", "create", p(&first), "disk@one"]);
     ok(&b, &["bundle", "import", p(&first)]);
-    let mut create = command(&a, &["bundle", "create", "-", "disk@one.."])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = command(&b, &["bundle", "import", "-"])
-        .stdin(create.stdout.take().unwrap())
-        .output()
-        .unwrap();
-    let created = create.wait_with_output().unwrap();
+    let create = ["bundle", "create", "-", "disk@one.."];
+    let (created, out) = crate::common::piped(&a, &create, &b, &["bundle", "import", "-"]);
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     let report = String::from_utf8_lossy(&created.stderr);
     assert!(report.contains("bundled 2 versions"), "the report goes to stderr: {report}");

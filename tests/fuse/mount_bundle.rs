@@ -3,8 +3,7 @@
 //! and a mounted head that moves shows the imported tree at once.
 
 use crate::common::mount::{Mounted, new_store};
-use crate::common::{command, ok};
-use std::process::Stdio;
+use crate::common::ok;
 
 #[test]
 fn bundles_carry_a_mounted_workspace_between_stores() {
@@ -30,16 +29,8 @@ fn bundles_carry_a_mounted_workspace_between_stores() {
     std::fs::create_dir(ma.path("dir")).unwrap();
     std::fs::write(ma.path("dir/two.txt"), "new").unwrap();
     ok(&a, &["snapshot", "ws", "--name", "v2"]);
-    let mut create = command(&a, &["bundle", "create", "-", "ws@v1.."])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let import = command(&b, &["bundle", "import", "-"])
-        .stdin(create.stdout.take().unwrap())
-        .output()
-        .unwrap();
-    let created = create.wait_with_output().unwrap();
+    let create = ["bundle", "create", "-", "ws@v1.."];
+    let (created, import) = crate::common::piped(&a, &create, &b, &["bundle", "import", "-"]);
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     let said = String::from_utf8_lossy(&import.stdout);
     assert!(import.status.success(), "{said} {}", String::from_utf8_lossy(&import.stderr));

@@ -73,7 +73,7 @@ pub use sync::view::View as SharedView;
 pub mod fs {
     pub use crate::head::fs::inode::{
         Content, DirEntry, FL_APPEND, FL_IMMUTABLE, FL_NOATIME, FL_NODUMP, FileKind, INLINE_MAX,
-        Inode, ROOT_INO, Time,
+        Inode, QUOTA_UNIT, ROOT_INO, Time, charged,
     };
     pub use crate::head::fs::xattr::XattrMode;
     pub use crate::head::fs::{

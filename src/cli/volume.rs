@@ -1,8 +1,8 @@
-//! `forkfs volume create|list|delete|retention`.
+//! `forkfs volume create|list|delete|retention|quota|consistency`.
 
 use super::Global;
 use super::output::{age, bytes, parse_size, print_json};
-use forkfs::service::Request;
+use forkfs::service::{QuotaReport, Request};
 use forkfs::{Consistency, VolumeKind, VolumeRecord};
 
 #[derive(clap::Subcommand)]
@@ -19,6 +19,19 @@ pub enum Cmd {
         /// Block size, e.g. 64KiB
         #[arg(long)]
         block_size: Option<String>,
+        /// The most its files may take, e.g. 10G (fs volumes; see `volume quota`)
+        #[arg(long, conflicts_with = "block")]
+        quota: Option<String>,
+    },
+    /// Show or set the most an fs volume's files may take: past it writes
+    /// fail with ENOSPC, and the mount's df shows it as the size
+    Quota {
+        name: String,
+        /// The new quota, e.g. 10G
+        size: Option<String>,
+        /// Remove the quota (only the disk under the store limits the volume)
+        #[arg(long, conflicts_with = "size")]
+        none: bool,
     },
     /// List volumes
     List,
@@ -57,7 +70,7 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
         return consistency(g, &name, mode);
     }
     match c {
-        Cmd::Create { name, block, size, block_size } => {
+        Cmd::Create { name, block, size, block_size, quota } => {
             let kind = if block { VolumeKind::Block } else { VolumeKind::Fs };
             let size = size.as_deref().map(parse_size).transpose()?;
             let bs = block_size.as_deref().map(parse_size).transpose()?;
@@ -65,12 +78,35 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
                 .map(u32::try_from)
                 .transpose()
                 .map_err(|_| forkfs::Error::invalid("block size too large"))?;
-            let req = Request::CreateVolume { name, kind, size, block_size: bs };
+            let quota = quota.as_deref().map(parse_size).transpose()?;
+            let req = Request::CreateVolume { name, kind, size, block_size: bs, quota };
             let rec: VolumeRecord = g.call(&req)?;
             if g.json {
                 return print_json(&rec);
             }
-            println!("created {} volume {} ({})", rec.kind, rec.name, bytes(rec.size));
+            match rec.quota {
+                Some(q) => {
+                    println!("created {} volume {} (quota {})", rec.kind, rec.name, bytes(q))
+                }
+                None => println!("created {} volume {} ({})", rec.kind, rec.name, bytes(rec.size)),
+            }
+        }
+        Cmd::Quota { name, size, none } => {
+            let set = size.as_deref().map(parse_size).transpose()?;
+            let r: QuotaReport = g.call(&Request::Quota { volume: name, set, remove: none })?;
+            if g.json {
+                return print_json(&r);
+            }
+            match r.quota {
+                Some(q) => println!(
+                    "{}: {} used of a {} quota ({}%)",
+                    r.volume,
+                    bytes(r.used),
+                    bytes(q),
+                    r.used.saturating_mul(100) / q.max(1)
+                ),
+                None => println!("{}: {} used, no quota", r.volume, bytes(r.used)),
+            }
         }
         Cmd::List => {
             let vols: Vec<VolumeRecord> = g.call(&Request::Volumes)?;

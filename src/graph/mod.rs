@@ -28,6 +28,7 @@ pub mod volumes;
 pub use adopt::Foreign;
 pub use diff::{BlockRange, Diff, PathChange, PathDiff};
 pub(crate) use refs::check_tag as check_name;
+pub(crate) use volumes::check_quota;
 pub use volumes::{DEFAULT_FS_SIZE, Volumes};
 
 use crate::db::Db;

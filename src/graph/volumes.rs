@@ -175,6 +175,7 @@ impl Volumes {
             retention: None,
             auto_prune: true,
             consistency: Default::default(),
+            quota: None,
         };
         // Nodes of a new root must be durable before anything names them.
         chunks.flush()?;
@@ -369,6 +370,34 @@ impl Volumes {
         Ok(rec)
     }
 
+    /// Sets (or with `None` removes) an fs volume's quota: the most bytes
+    /// its files may take, as [`crate::head::fs::inode::charged`] counts them. Changes
+    /// past it fail with ENOSPC from then on, in this process and in any
+    /// that opens the volume later; a quota below what the files already
+    /// take refuses growth and lets them shrink. Returns the record and
+    /// the bytes used (counted once, and kept from then on, in a volume
+    /// made before the count was kept).
+    pub fn set_quota(&self, volume: &str, quota: Option<u64>) -> Result<(VolumeRecord, u64)> {
+        check_quota(self.get(volume)?.kind, quota)?;
+        let head = FsHead::new(self.open(volume)?)?;
+        let used = head.keep_used()?;
+        let rec = self.update(volume, |rec| {
+            rec.quota = quota;
+            Ok(())
+        })?;
+        head.head().set_quota(quota);
+        tracing::info!(volume, ?quota, used, "quota set");
+        Ok((rec, used))
+    }
+
+    /// An fs volume's quota (if any) and the bytes its files take.
+    pub fn usage(&self, volume: &str) -> Result<(VolumeRecord, u64)> {
+        let rec = self.get(volume)?;
+        check_quota(rec.kind, None)?;
+        let used = FsHead::new(self.open(volume)?)?.used()?;
+        Ok((rec, used))
+    }
+
     /// Sets a volume's retention policy (`None`: the default) and whether
     /// automatic checkpoints prune.
     pub fn set_retention(
@@ -388,4 +417,18 @@ impl Volumes {
             Ok(())
         })
     }
+}
+
+/// Refuses a quota where there can be none: on a block volume (its size
+/// is its limit), or of zero bytes.
+pub(crate) fn check_quota(kind: VolumeKind, quota: Option<u64>) -> Result<()> {
+    if kind == VolumeKind::Block {
+        return Err(Error::invalid(
+            "a quota is for fs volumes: a block volume's size is its limit",
+        ));
+    }
+    if quota == Some(0) {
+        return Err(Error::invalid("a quota must be more than zero bytes (none: --none)"));
+    }
+    Ok(())
 }

@@ -124,8 +124,13 @@ fn golden_directory_entries_and_fs_record() {
     ];
     let want = golden("dir-entries.bin", &encode_entries(&entries));
     assert_eq!(decode_entries(&Bytes::from(want)).expect("decodes"), entries);
-    for (name, orphans) in [("fs-record.bin", vec![]), ("fs-record-orphans.bin", vec![9, 10])] {
-        let meta = Meta { next_ino: 11, orphans };
+    let cases = [
+        ("fs-record.bin", vec![], None),
+        ("fs-record-orphans.bin", vec![9, 10], None),
+        ("fs-record-used.bin", vec![], Some(3 << 12)),
+    ];
+    for (name, orphans, used) in cases {
+        let meta = Meta { next_ino: 11, orphans, used };
         let want = golden(name, &meta.encode());
         assert_eq!(Meta::decode(&Bytes::from(want)).expect("decodes"), meta);
     }

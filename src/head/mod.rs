@@ -48,7 +48,10 @@ use datalog::{DataLog, LogRef, Read};
 use overlay::{Dirty, Overlay, Space};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// [`Head::quota`] when there is none.
+const NO_QUOTA: u64 = u64::MAX;
 
 const STRIPES: usize = 64;
 
@@ -180,6 +183,9 @@ pub struct Head {
     /// the overlay when the volume is opened; kept by every fs
     /// transaction; false after a checkpoint or restore clears it.
     pub(crate) accessed_only: AtomicBool,
+    /// The fs volume's quota in bytes ([`NO_QUOTA`]: none), from its
+    /// record and kept by `forkfs volume quota` while the head is open.
+    quota: AtomicU64,
     /// The state only block volumes have (range tombstones, deferred
     /// persistence); `None` for fs volumes.
     block: Option<block::State>,
@@ -264,6 +270,7 @@ impl Head {
         fence: Option<Arc<dyn Fence>>,
     ) -> Result<Head> {
         let block = (record.kind == VolumeKind::Block).then(block::State::default);
+        let quota = AtomicU64::new(record.quota.unwrap_or(NO_QUOTA));
         let head = Head {
             storage,
             record,
@@ -274,6 +281,7 @@ impl Head {
             checkpoint: Mutex::new(()),
             deleted: AtomicBool::new(false),
             accessed_only: AtomicBool::new(false),
+            quota,
             block,
             fence,
         };
@@ -293,6 +301,16 @@ impl Head {
 
     pub fn kind(&self) -> VolumeKind {
         self.record.kind
+    }
+
+    /// The volume's quota in bytes, if it has one (fs volumes).
+    pub fn quota(&self) -> Option<u64> {
+        Some(self.quota.load(Ordering::Acquire)).filter(|q| *q != NO_QUOTA)
+    }
+
+    /// Sets the quota this head enforces (the record is the caller's).
+    pub(crate) fn set_quota(&self, quota: Option<u64>) {
+        self.quota.store(quota.unwrap_or(NO_QUOTA), Ordering::Release);
     }
 
     /// Fails (invalid input) unless this is a volume of `kind`.

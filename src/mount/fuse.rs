@@ -530,7 +530,7 @@ impl Filesystem for Fuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let (blocks, bfree, bavail, bsize) = super::statfs_of(self.ws.store.dir());
+        let (blocks, bfree, bavail, bsize) = self.ws.space();
         reply.statfs(blocks, bfree, bavail, u64::MAX >> 1, u64::MAX >> 2, bsize, 255, bsize)
     }
 

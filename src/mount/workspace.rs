@@ -203,17 +203,34 @@ impl Workspace {
     /// ENOSPC when the disk under the store has less room than the part of
     /// the range that holds no data yet, as a filesystem that reserves the
     /// space would answer (the store writes blocks only when they are).
+    /// With a quota, the room is what the quota leaves.
     pub fn check_room(&self, ino: u64, offset: u64, len: u64) -> Result<(), Error> {
         let r = self.reader();
         // Past what is counted, count nothing as held (ask for it all).
         let held = r.allocated_in(&r.inode(ino)?, offset, len)?.unwrap_or(0);
-        let (_, _, avail, bsize) = super::statfs_of(self.store.dir());
+        let (_, _, avail, bsize) = self.space();
         let room = avail.saturating_mul(u64::from(bsize));
         if len.saturating_sub(held) > room {
-            let why = format!("fallocate of {len} bytes: {room} bytes free under the store");
+            let why = format!("fallocate of {len} bytes: {room} bytes free for this volume");
             return Err(Error::posix(Posix::NoSpace, why));
         }
         Ok(())
+    }
+
+    /// What statfs reports, in blocks: total, free, free to users, and the
+    /// block size. The disk under the store; with a quota, the quota as
+    /// the size and what it leaves (or the disk, if less) as free.
+    pub fn space(&self) -> (u64, u64, u64, u32) {
+        let (blocks, bfree, bavail, bsize) = super::statfs_of(self.store.dir());
+        let Opened::Live(head) = &self.source else { return (blocks, bfree, bavail, bsize) };
+        let Some(quota) = head.head().quota() else { return (blocks, bfree, bavail, bsize) };
+        let used = head.used().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the volume's use; counting it full");
+            quota
+        });
+        let bs = u64::from(bsize);
+        let left = quota.saturating_sub(used) / bs;
+        (quota / bs, bfree.min(left), bavail.min(left), bsize)
     }
 
     /// Reads file bytes anywhere in the mount (recording the access when

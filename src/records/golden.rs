@@ -65,8 +65,12 @@ fn golden_volume_and_head_records() {
         retention: Some(Policy { keep_recent: 32, unit_ms: 300_000, per_bucket: 1 }),
         auto_prune: false,
         consistency: Consistency::Btrfs,
+        quota: None,
     };
     let want = golden("volume-record.json", &super::encode(&vol).expect("encodes"));
+    assert_eq!(serde_json::from_slice::<VolumeRecord>(&want).expect("decodes"), vol);
+    let vol = VolumeRecord { quota: Some(10 << 30), ..vol };
+    let want = golden("volume-record-quota.json", &super::encode(&vol).expect("encodes"));
     assert_eq!(serde_json::from_slice::<VolumeRecord>(&want).expect("decodes"), vol);
     let head =
         HeadRecord { base: Some(version().id), root: Some(ChunkId([0x77; 32])), next_seq: 8 };

@@ -55,6 +55,10 @@ pub struct VolumeRecord {
     /// How a block volume persists when served over NBD.
     #[serde(default)]
     pub consistency: Consistency,
+    /// The most bytes an fs volume's files may take (`forkfs volume
+    /// quota`); `None`: only the disk under the store limits them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<u64>,
 }
 
 fn yes() -> bool {

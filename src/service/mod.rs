@@ -10,5 +10,5 @@
 mod request;
 mod socket;
 
-pub use request::{GroupRequest, Request, execute};
+pub use request::{GroupRequest, QuotaReport, Request, execute};
 pub use socket::{Extension, Extensions, HOLDER_EXIT_WAIT, SOCKET, Server, call, run, serve};

@@ -73,6 +73,18 @@ pub enum Request {
         kind: VolumeKind,
         size: Option<u64>,
         block_size: Option<u32>,
+        /// An fs volume's quota in bytes.
+        #[serde(default)]
+        quota: Option<u64>,
+    },
+    /// Shows an fs volume's quota and use; sets the quota to `set`
+    /// bytes, or removes it (`remove`).
+    Quota {
+        volume: String,
+        #[serde(default)]
+        set: Option<u64>,
+        #[serde(default)]
+        remove: bool,
     },
     /// Writes a history bundle of `range` (`VOL`, `VOL@B`, `VOL@A..B`) to
     /// the file `path` (absolute: the holder's working directory is not
@@ -120,6 +132,14 @@ pub enum Request {
         name: String,
         args: serde_json::Value,
     },
+}
+
+/// An fs volume's quota and the bytes its files take ([`Request::Quota`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct QuotaReport {
+    pub volume: String,
+    pub quota: Option<u64>,
+    pub used: u64,
 }
 
 /// What can be asked about volume groups. Versions of a group are named
@@ -228,8 +248,30 @@ pub fn execute(
         Request::Volumes => serde_json::to_value(volumes.list()?)?,
         Request::Status => serde_json::to_value(store.stats()?)?,
         Request::Sync { volume } => serde_json::to_value(store.sync(volume.as_deref())?)?,
-        Request::CreateVolume { name, kind, size, block_size } => {
-            serde_json::to_value(volumes.create(name, *kind, *size, *block_size)?)?
+        Request::CreateVolume { name, kind, size, block_size, quota } => {
+            if quota.is_some() {
+                crate::graph::check_quota(*kind, *quota)?;
+            }
+            let rec = volumes.create(name, *kind, *size, *block_size)?;
+            match quota {
+                Some(q) => serde_json::to_value(volumes.set_quota(name, Some(*q))?.0)?,
+                None => serde_json::to_value(rec)?,
+            }
+        }
+        Request::Quota { volume, set, remove } => {
+            let (rec, used) = match (set, remove) {
+                (Some(_), true) => {
+                    return Err(Error::invalid("set a quota or remove it, not both"));
+                }
+                (Some(q), false) => volumes.set_quota(volume, Some(*q))?,
+                (None, true) => volumes.set_quota(volume, None)?,
+                (None, false) => volumes.usage(volume)?,
+            };
+            serde_json::to_value(QuotaReport {
+                volume: rec.name.to_string(),
+                quota: rec.quota,
+                used,
+            })?
         }
         Request::BundleCreate { range, path } => {
             serde_json::to_value(store.bundle_create_file(range, path, progress)?)?

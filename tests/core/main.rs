@@ -16,3 +16,4 @@ mod graph_model;
 mod group;
 mod lost_rewrite;
 mod prune;
+mod quota;

@@ -21,4 +21,5 @@ mod mount_handles;
 mod mount_lifecycle;
 mod mount_posix;
 mod mount_postgres;
+mod mount_quota;
 mod mount_store_dir;

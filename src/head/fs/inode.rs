@@ -404,17 +404,37 @@ pub struct Meta {
     /// kept (nlink 0) until released, reclaimed at the next mount if the
     /// holder died.
     pub orphans: Vec<u64>,
+    /// Bytes the volume's files take, as a quota counts them (see
+    /// [`charged`]); `None` in volumes made before it was kept, until a
+    /// quota is set on them (then counted once).
+    pub used: Option<u64>,
 }
+
+/// What a file of `size` bytes counts against a quota: its size rounded
+/// up to 4 KiB (holes included, so a sparse file counts as if written);
+/// directories, symlinks and special files count nothing.
+pub fn charged(kind: FileKind, size: u64) -> u64 {
+    match kind {
+        FileKind::File => size.div_ceil(QUOTA_UNIT).saturating_mul(QUOTA_UNIT),
+        _ => 0,
+    }
+}
+
+/// The unit a quota counts files in.
+pub const QUOTA_UNIT: u64 = 4096;
 
 impl Meta {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = vec![INODE_VERSION];
         w.extend_from_slice(&self.next_ino.to_le_bytes());
-        if !self.orphans.is_empty() {
+        if !self.orphans.is_empty() || self.used.is_some() {
             w.extend_from_slice(&(self.orphans.len() as u32).to_le_bytes());
             for o in &self.orphans {
                 w.extend_from_slice(&o.to_le_bytes());
             }
+        }
+        if let Some(used) = self.used {
+            w.extend_from_slice(&used.to_le_bytes());
         }
         w
     }
@@ -432,8 +452,9 @@ impl Meta {
                 orphans.push(r.u64()?);
             }
         }
+        let used = if r.pos < b.len() { Some(r.u64()?) } else { None };
         r.finish()?;
-        Ok(Meta { next_ino, orphans })
+        Ok(Meta { next_ino, orphans, used })
     }
 }
 
@@ -595,8 +616,13 @@ mod tests {
         let es = vec![DirEntry { name: Bytes::from_static(b"a"), ino: 9, kind: FileKind::File }];
         assert_eq!(decode_entries(&Bytes::from(encode_entries(&es))).unwrap(), es);
         assert_ne!(name_key(b"a"), 0);
-        for m in [Meta { next_ino: 7, orphans: vec![] }, Meta { next_ino: 9, orphans: vec![3, 5] }]
-        {
+        let metas = [
+            Meta { next_ino: 7, orphans: vec![], used: None },
+            Meta { next_ino: 9, orphans: vec![3, 5], used: None },
+            Meta { next_ino: 9, orphans: vec![], used: Some(8192) },
+            Meta { next_ino: 9, orphans: vec![4], used: Some(0) },
+        ];
+        for m in metas {
             let enc = Bytes::from(m.encode());
             assert_eq!(Meta::decode(&enc).unwrap(), m);
             for n in 0..enc.len() {

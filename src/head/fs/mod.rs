@@ -66,6 +66,32 @@ impl FsHead {
     pub fn is_clean(&self) -> Result<bool> {
         self.0.is_clean()
     }
+
+    /// Bytes the volume's files count against a quota (see
+    /// [`inode::charged`]): kept with every change, or counted now by a
+    /// walk of the tree in a volume made before the count was kept.
+    pub fn used(&self) -> Result<u64> {
+        let r = self.reader();
+        match r.meta()?.used {
+            Some(u) => Ok(u),
+            None => r.count_used(),
+        }
+    }
+
+    /// [`FsHead::used`], from now on kept with every change (counted once
+    /// in a volume made before the count was kept): what a quota needs.
+    pub(crate) fn keep_used(&self) -> Result<u64> {
+        if let Some(u) = self.reader().meta()?.used {
+            return Ok(u);
+        }
+        self.txn(|t| {
+            let n = t.r.count_used()?;
+            t.meta()?.used = Some(n);
+            // Bookkeeping, as an access time is: no version is owed for it.
+            t.access_only = true;
+            Ok(n)
+        })
+    }
 }
 
 /// Whether the overlay of fs head `head` holds access times and nothing
@@ -135,7 +161,9 @@ pub fn initial_root(nodes: &dyn NodeStore) -> Result<MapRoot> {
         &[
             (
                 META_KEY,
-                Some(Bytes::from(Meta { next_ino: ROOT_INO + 1, orphans: vec![] }.encode())),
+                Some(Bytes::from(
+                    Meta { next_ino: ROOT_INO + 1, orphans: vec![], used: Some(0) }.encode(),
+                )),
             ),
             (ROOT_INO, Some(Bytes::from(root.encode()))),
         ],

@@ -3,7 +3,7 @@
 //! through a [`View`] (a live head or a frozen version).
 
 use super::inode::{
-    Content, DirEntry, FileKind, Inode, META_KEY, Meta, ROOT_INO, decode_entries, name_key,
+    Content, DirEntry, FileKind, Inode, META_KEY, Meta, ROOT_INO, charged, decode_entries, name_key,
 };
 use crate::cas::ChunkStore;
 use crate::error::{Error, Posix, Result};
@@ -264,13 +264,46 @@ impl<'a> FsReader<'a> {
     }
 }
 
+impl FsReader<'_> {
+    /// Bytes the files of this state count against a quota, counted by
+    /// walking the whole tree (hard links once, orphans included). Cost:
+    /// every directory and file.
+    pub(crate) fn count_used(&self) -> Result<u64> {
+        let mut seen = std::collections::HashSet::new();
+        let mut used = 0u64;
+        let mut count = |i: &Inode, seen: &mut std::collections::HashSet<u64>| {
+            if i.nlink <= 1 || seen.insert(i.ino) {
+                used = used.saturating_add(charged(i.kind, i.size));
+            }
+        };
+        for o in self.meta()?.orphans {
+            count(&self.inode(o)?, &mut seen);
+        }
+        let mut dirs = vec![self.inode(ROOT_INO)?];
+        while let Some(dir) = dirs.pop() {
+            for (_, e) in self.list(&dir, 0)? {
+                match e.kind {
+                    FileKind::Dir => dirs.push(self.inode(e.ino)?),
+                    FileKind::File => count(&self.inode(e.ino)?, &mut seen),
+                    _ => {}
+                }
+            }
+        }
+        Ok(used)
+    }
+}
+
 /// The fs record to stage when `head` is restored to `root`: the restored
 /// one, with the live head's next inode number if that is higher.
 pub(crate) fn restored_meta(head: &Head, root: MapRoot) -> Result<Bytes> {
     let live = FsReader::live(head).meta()?;
-    let mut restored =
-        FsReader::frozen(&head.storage.chunks, root, head.record().block_size).meta()?;
+    let frozen = FsReader::frozen(&head.storage.chunks, root, head.record().block_size);
+    let mut restored = frozen.meta()?;
     restored.next_ino = restored.next_ino.max(live.next_ino);
+    // A version from before the count was kept: a quota needs it now.
+    if restored.used.is_none() && head.quota().is_some() {
+        restored.used = Some(frozen.count_used()?);
+    }
     Ok(Bytes::from(restored.encode()))
 }
 

@@ -5,7 +5,7 @@
 //! Callers hold the head's gate (shared) and its namespace lock, so nothing
 //! else changes the records a transaction read.
 
-use super::inode::{DirEntry, FileKind, Inode, META_KEY, Meta, Time, name_key};
+use super::inode::{DirEntry, FileKind, Inode, META_KEY, Meta, Time, charged, name_key};
 use super::reader::FsReader;
 use crate::error::{Error, Posix, Result};
 use crate::head::Head;
@@ -162,7 +162,53 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    pub fn commit(self) -> Result<()> {
+    /// How the bytes the staged inodes count against a quota differ from
+    /// what they counted as read (see [`charged`]).
+    fn charge_delta(&self) -> Result<i128> {
+        let mut delta = 0i128;
+        for (ino, new) in &self.inodes {
+            let old = match (self.read.get(ino), new) {
+                (Some(i), _) => charged(i.kind, i.size),
+                // Deleted unread (a released orphan): read it now.
+                (None, None) => match self.r.inode(*ino) {
+                    Ok(i) => charged(i.kind, i.size),
+                    Err(e) if e.posix_condition() == Some(Posix::NoEntry) => 0,
+                    Err(e) => return Err(e),
+                },
+                // Put unread: a new inode.
+                (None, Some(_)) => 0,
+            };
+            let new = new.as_ref().map_or(0, |i| charged(i.kind, i.size));
+            delta += i128::from(new) - i128::from(old);
+        }
+        Ok(delta)
+    }
+
+    /// Keeps the volume's count of used bytes (when it has one) and
+    /// refuses, with ENOSPC, a change that takes it past the quota. A
+    /// change that frees space or leaves it as it was always passes, so a
+    /// volume over a lowered quota can still be cleaned up.
+    fn account(&mut self) -> Result<()> {
+        let delta = self.charge_delta()?;
+        if delta == 0 {
+            return Ok(());
+        }
+        let quota = self.head.quota();
+        let meta = self.meta()?;
+        let Some(used) = meta.used else { return Ok(()) };
+        let now = u64::try_from((i128::from(used) + delta).max(0)).unwrap_or(u64::MAX);
+        if let Some(q) = quota.filter(|q| delta > 0 && now > *q) {
+            let why = format!(
+                "the volume's quota of {q} bytes is reached ({used} used, {delta} more asked)"
+            );
+            return Err(Error::posix(Posix::NoSpace, why));
+        }
+        meta.used = Some(now);
+        Ok(())
+    }
+
+    pub fn commit(mut self) -> Result<()> {
+        self.account()?;
         let meta_changed = self.meta.as_ref().is_some_and(|(read, now)| read != now);
         // Nothing changed (a release of a file that is no orphan): no write.
         if self.inodes.is_empty() && self.groups.is_empty() && !meta_changed && self.b.is_empty() {

@@ -90,6 +90,7 @@ impl Store {
         let bad = self.check_packs(opts.deep, progress, &mut report)?;
         let subjects = self.subjects(&mut report)?;
         report.problems.extend(self.check_copies()?);
+        report.problems.extend(self.check_usage()?);
         let unsaved = self.unsaved_writes()?;
         report.problems.extend(unsaved.lost.into_iter().map(|(_, _, what)| what));
         report.problems.extend(unsaved.unreadable);

@@ -5,7 +5,8 @@
 //! - [`repair`]: rebuild the index from pack footers, salvage damaged
 //!   packs, restore records from their object copies, mark damage;
 //! - [`gc`]: tracing garbage collection with pack compaction;
-//! - [`stats`]: what `forkfs status` shows.
+//! - [`stats`]: what `forkfs status` shows;
+//! - `usage`: the quota count of fs volumes, checked and recounted.
 //!
 //! The walk from roots to every node and data chunk that check and gc
 //! share is `graph::reach` (a host absorbing another's GC needs it too).
@@ -20,6 +21,7 @@ pub mod gc;
 pub mod repair;
 pub mod stats;
 mod unsaved;
+mod usage;
 
 pub use check::{CheckOptions, CheckReport};
 pub use gc::{GcOptions, GcReport};

@@ -45,6 +45,8 @@ pub struct RepairReport {
     pub lost_writes_dropped: Vec<String>,
     /// Versions marked damaged (they reference data that is gone).
     pub damaged_versions: Vec<String>,
+    /// fs volumes whose quota count was wrong, recounted.
+    pub quota_counts_fixed: Vec<String>,
 }
 
 impl Store {
@@ -56,6 +58,7 @@ impl Store {
         report.objects_restored = self.restore_copies()?;
         report.lost_writes_dropped = self.drop_lost_writes()?;
         self.mark_damaged(progress, &mut report)?;
+        report.quota_counts_fixed = self.repair_usage()?;
         Ok(report)
     }
 

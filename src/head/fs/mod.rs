@@ -78,6 +78,33 @@ impl FsHead {
         }
     }
 
+    /// Counts the used bytes by walking the tree and, where the kept
+    /// count differs, keeps the walk's (`fsck --repair`): returns the
+    /// count it replaced and the new one, or `None` when it was right (or
+    /// none is kept).
+    pub(crate) fn recount(&self) -> Result<Option<(u64, u64)>> {
+        self.txn(|t| {
+            let Some(was) = t.meta()?.used else { return Ok(None) };
+            let now = t.r.count_used()?;
+            if now == was {
+                return Ok(None);
+            }
+            t.meta()?.used = Some(now);
+            t.access_only = true;
+            Ok(Some((was, now)))
+        })
+    }
+
+    /// Sets the kept count as it is in a volume made before the count was
+    /// kept (`None`) or after it went wrong: for tests of what copes.
+    #[cfg(test)]
+    pub(crate) fn force_used(&self, used: Option<u64>) -> Result<()> {
+        self.txn(|t| {
+            t.meta()?.used = used;
+            Ok(())
+        })
+    }
+
     /// [`FsHead::used`], from now on kept with every change (counted once
     /// in a volume made before the count was kept): what a quota needs.
     pub(crate) fn keep_used(&self) -> Result<u64> {

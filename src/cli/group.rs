@@ -30,6 +30,23 @@ pub enum Cmd {
     Delete { group: String },
     /// List groups
     List,
+    /// Thin the group's unnamed group versions by age (log spacing), each
+    /// with its members' versions; named ones and restore undo points stay
+    Prune {
+        group: String,
+        /// Always keep this many newest (default 16)
+        #[arg(long)]
+        keep_recent: Option<usize>,
+        /// Age of the first bucket, doubling from there (default 60s), e.g. 10m
+        #[arg(long, value_parser = humantime::parse_duration)]
+        unit: Option<std::time::Duration>,
+        /// Group versions kept per bucket (default 1)
+        #[arg(long)]
+        per_bucket: Option<usize>,
+        /// Show what would go; change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn call<T: serde::de::DeserializeOwned>(g: &Global, request: GroupRequest) -> anyhow::Result<T> {
@@ -53,6 +70,26 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
             call::<serde_json::Value>(g, GroupRequest::Delete { group: group.clone() })?;
             if !g.json {
                 println!("deleted group {group}");
+            }
+            return Ok(());
+        }
+        Cmd::Prune { group, keep_recent, unit, per_bucket, dry_run } => {
+            let unit_ms = unit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let req = GroupRequest::Prune {
+                group: group.clone(),
+                keep_recent,
+                unit_ms,
+                per_bucket,
+                dry_run,
+            };
+            let pruned: Vec<GroupVersion> = call(g, req)?;
+            if g.json {
+                return print_json(&pruned);
+            }
+            let verb = if dry_run { "would prune" } else { "pruned" };
+            println!("{verb} {} group versions of {group}", pruned.len());
+            for v in &pruned {
+                println!("  {}", show(v));
             }
             return Ok(());
         }

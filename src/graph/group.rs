@@ -10,8 +10,10 @@
 //! (milliseconds for a workspace; a block volume's fold of what it wrote
 //! since its last version).
 //!
-//! Member versions are ordinary manual versions (retention never thins
-//! them) and cannot be deleted while a group version names them.
+//! Member versions are ordinary manual versions (volume retention never
+//! thins them) and cannot be deleted while a group version names them;
+//! `prune_group` (`graph/prune.rs`) thins group versions, each with its
+//! members, as units.
 
 use super::refs::check_tag;
 use super::{Graph, SnapshotOptions, Target};

@@ -1,12 +1,15 @@
-//! Retention: automatic versions thinned by the volume's policy (the plan
-//! itself is a pure function, `records/retention.rs`).
+//! Retention: automatic versions thinned by the volume's policy, and group
+//! versions thinned as units (the plan itself is a pure function,
+//! `records/retention.rs`).
 
-use super::Graph;
+use super::{Graph, Target};
+use crate::db::Batch;
 use crate::error::Result;
 use crate::id::VersionId;
+use crate::objects::keys as objects;
 use crate::records::retention::{Candidate, plan};
-use crate::records::{Origin, Policy, VersionRecord};
-use std::collections::HashSet;
+use crate::records::{GroupVersion, Origin, Policy, VersionRecord, VolumeRecord, keys};
+use std::collections::{HashMap, HashSet};
 
 impl Graph {
     /// Applies the volume's retention after an automatic checkpoint, if it
@@ -37,10 +40,8 @@ impl Graph {
     ) -> Result<Vec<VersionRecord>> {
         let vol = self.volumes.get(volume)?;
         let versions = self.log(&vol)?;
-        let mut protected: HashSet<VersionId> =
-            self.tags(&vol)?.into_iter().map(|(_, id)| id).collect();
-        protected.extend(self.volumes.head_base(&vol)?);
-        protected.extend(self.volumes.list()?.into_iter().filter_map(|v| v.forked_from));
+        // Group members are manual or restore versions: never candidates.
+        let protected = self.kept_apart(&vol)?;
         let candidates: Vec<Candidate> = versions
             .iter()
             .filter(|v| matches!(v.origin, Origin::Auto | Origin::SafePoint))
@@ -56,6 +57,97 @@ impl Graph {
             }
             tracing::info!(volume, pruned = pruned.len(), "prune");
         }
+        Ok(pruned)
+    }
+
+    /// Versions of `vol` that retention never removes on its own: named
+    /// ones, the head's base and versions a volume was forked from.
+    fn kept_apart(&self, vol: &VolumeRecord) -> Result<HashSet<VersionId>> {
+        let mut kept: HashSet<VersionId> = self.tags(vol)?.into_iter().map(|(_, id)| id).collect();
+        kept.extend(self.volumes.head_base(vol)?);
+        kept.extend(self.volumes.list()?.into_iter().filter_map(|v| v.forked_from));
+        Ok(kept)
+    }
+
+    /// The member versions named by group versions, of every group, except
+    /// the group versions `except` of `group`.
+    fn group_members_but(&self, group: &str, except: &HashSet<u64>) -> Result<HashSet<VersionId>> {
+        let mut out = HashSet::new();
+        for (_, raw) in self.db().scan_meta(keys::GROUP_LOG_PREFIX)? {
+            let g: GroupVersion = serde_json::from_slice(&raw)?;
+            if g.group == group && except.contains(&g.seq) {
+                continue;
+            }
+            out.extend(g.members.iter().map(|m| m.version));
+        }
+        Ok(out)
+    }
+
+    /// Thins the group versions of `group` by logarithmically spaced
+    /// retention under `policy`, each as one unit: a group version that
+    /// goes leaves the group's log, and its member versions go with it
+    /// unless something else keeps them (a name, a pin, a head or a fork
+    /// based on them, another group version). Candidates are the group
+    /// versions snapshots took that have no name; named ones and those a
+    /// group restore left (its undo points) stay. Returns the group
+    /// versions removed (or that would be, with `dry_run`). Only records
+    /// go; GC reclaims the data.
+    ///
+    /// The group versions go first (object, then index), then the member
+    /// versions: a crash in between leaves members no group version
+    /// names, ordinary manual versions, and never a group version whose
+    /// members are gone.
+    pub fn prune_group(
+        &self,
+        group: &str,
+        policy: &Policy,
+        now_ms: u64,
+        dry_run: bool,
+    ) -> Result<Vec<GroupVersion>> {
+        let _held = self.groups.lock();
+        let log = self.group_log(group)?;
+        let candidates: Vec<Candidate<u64>> = log
+            .iter()
+            .filter(|g| g.name.is_none() && matches!(g.origin, Origin::Manual | Origin::Auto))
+            .map(|g| Candidate { id: g.seq, created_at_ms: g.created_at_ms })
+            .collect();
+        let doomed: HashSet<u64> = plan(&candidates, now_ms, policy).into_iter().collect();
+        let pruned: Vec<GroupVersion> =
+            log.into_iter().filter(|g| doomed.contains(&g.seq)).collect();
+        if dry_run || pruned.is_empty() {
+            return Ok(pruned);
+        }
+        let still_named = self.group_members_but(group, &doomed)?;
+        let backend = self.storage.chunks.backend();
+        for g in &pruned {
+            backend.delete(&objects::group_version(group, g.seq))?;
+        }
+        let mut b = Batch::default();
+        for g in &pruned {
+            self.db().delete_meta(&mut b, &keys::group_log(group, g.seq));
+        }
+        self.db().write(b, true)?;
+        let mut kept: HashMap<String, HashSet<VersionId>> = HashMap::new();
+        for m in pruned.iter().flat_map(|g| &g.members) {
+            if still_named.contains(&m.version) {
+                continue;
+            }
+            // A member already gone (its volume deleted) needs nothing.
+            let Ok(Target::Version(v)) = self.resolve(&format!("{}@{}", m.volume, m.version))
+            else {
+                continue;
+            };
+            let vol = m.volume.to_string();
+            if !kept.contains_key(&vol) {
+                let apart = self.kept_apart(&self.volumes.get(&vol)?)?;
+                kept.insert(vol.clone(), apart);
+            }
+            if v.pinned || kept[&vol].contains(&v.id) {
+                continue;
+            }
+            self.delete_version(&v)?;
+        }
+        tracing::info!(group, pruned = pruned.len(), "group prune");
         Ok(pruned)
     }
 }

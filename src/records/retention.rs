@@ -27,19 +27,20 @@ impl Default for Policy {
     }
 }
 
-/// A prunable version: its id and creation time.
+/// A prunable version (or group version, `K` its number): its id and
+/// creation time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    pub id: VersionId,
+pub struct Candidate<K = VersionId> {
+    pub id: K,
     pub created_at_ms: u64,
 }
 
 /// The candidates to delete under `policy` at time `now_ms`.
-pub fn plan(candidates: &[Candidate], now_ms: u64, policy: &Policy) -> Vec<VersionId> {
-    let mut by_age: Vec<Candidate> = candidates.to_vec();
+pub fn plan<K: Ord + Copy>(candidates: &[Candidate<K>], now_ms: u64, policy: &Policy) -> Vec<K> {
+    let mut by_age: Vec<Candidate<K>> = candidates.to_vec();
     // Newest first; ties broken by id so the plan is deterministic.
     by_age.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then(a.id.cmp(&b.id)));
-    let mut buckets: BTreeMap<u32, Vec<Candidate>> = BTreeMap::new();
+    let mut buckets: BTreeMap<u32, Vec<Candidate<K>>> = BTreeMap::new();
     for c in by_age.iter().skip(policy.keep_recent) {
         let age_units = now_ms.saturating_sub(c.created_at_ms) / policy.unit_ms.max(1);
         let bucket = 63 - age_units.max(1).leading_zeros();

@@ -185,6 +185,15 @@ pub enum GroupRequest {
         from: String,
         to: Option<String>,
     },
+    /// Thins the group's unnamed group versions, each with its members
+    /// (the default retention policy, with these overrides).
+    Prune {
+        group: String,
+        keep_recent: Option<usize>,
+        unit_ms: Option<u64>,
+        per_bucket: Option<usize>,
+        dry_run: bool,
+    },
 }
 
 /// Runs a request against an open store; `extensions` serve the front-end
@@ -375,6 +384,16 @@ fn group(store: &Store, req: &GroupRequest) -> Result<serde_json::Value> {
                 None => graph.group_snapshot(group, &SnapshotOptions::default())?,
             };
             serde_json::json!({ "from": from, "group": graph.group_fork(&from, new)? })
+        }
+        GroupRequest::Prune { group, keep_recent, unit_ms, per_bucket, dry_run } => {
+            let d = Policy::default();
+            let policy = Policy {
+                keep_recent: keep_recent.unwrap_or(d.keep_recent),
+                unit_ms: unit_ms.unwrap_or(d.unit_ms).max(1),
+                per_bucket: per_bucket.unwrap_or(d.per_bucket),
+            };
+            let now = crate::clock::now_ms();
+            serde_json::to_value(graph.prune_group(group, &policy, now, *dry_run)?)?
         }
         GroupRequest::Diff { group, from, to } => {
             let a = graph.group_version(group, from)?;

@@ -89,3 +89,85 @@ fn groups_survive_an_index_rebuild() {
     assert_eq!(before, after);
     assert_eq!(after.1.as_array().unwrap().len(), 2);
 }
+
+/// Group versions are thinned as units: a pruned group version leaves the
+/// group's log with its members' versions, unless something else keeps
+/// them; named group versions and restore undo points stay whole.
+#[test]
+fn group_versions_are_thinned_as_units() {
+    use forkfs::Policy;
+    use forkfs::fs::{FileKind, ROOT_INO};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::init(&dir.path().join("s"), StoreConfig::default()).unwrap();
+    let (g, v) = (s.graph(), s.volumes());
+    for name in ["a", "b"] {
+        v.create(name, VolumeKind::Fs, None, None).unwrap();
+    }
+    g.group_create("env", &["a".to_string(), "b".to_string()]).unwrap();
+    let a = v.open_fs("a").unwrap();
+    let f = a.create(ROOT_INO, b"f", FileKind::File, 0o644, (0, 0), None).unwrap();
+    let mut taken = Vec::new();
+    for i in 0..12u8 {
+        a.write_file(f.ino, 0, &[i; 10]).unwrap();
+        taken.push(g.group_snapshot("env", &SnapshotOptions::default()).unwrap());
+    }
+    let named = SnapshotOptions { name: Some("keep".into()), ..Default::default() };
+    let named = g.group_snapshot("env", &named).unwrap();
+    let undo = g.group_restore("env", &taken[3]).unwrap();
+    // A member version named on its own stays when its group version goes.
+    let tagged = g.member_versions(&taken[1]).unwrap().remove(0);
+    g.tag(&tagged, "mine").unwrap();
+    let seqs = |l: &[forkfs::GroupVersion]| l.iter().map(|x| x.seq).collect::<Vec<_>>();
+    let before = g.group_log("env").unwrap();
+
+    let policy = Policy { keep_recent: 2, unit_ms: 1, per_bucket: 1 };
+    let later = forkfs::now_ms() + 3_600_000;
+    let would = g.prune_group("env", &policy, later, true).unwrap();
+    assert_eq!(seqs(&g.group_log("env").unwrap()), seqs(&before), "a dry run changed the log");
+    let pruned = g.prune_group("env", &policy, later, false).unwrap();
+    assert_eq!(seqs(&pruned), seqs(&would));
+    assert!(pruned.len() >= 6, "only {} of 12 unnamed group versions pruned", pruned.len());
+
+    let after = g.group_log("env").unwrap();
+    assert_eq!(after.len() + pruned.len(), before.len());
+    for kept in [&named, &undo] {
+        assert!(after.iter().any(|x| x.seq == kept.seq), "group version {} went", kept.seq);
+    }
+    // What stays is whole; what went took its members along.
+    for x in &after {
+        assert_eq!(g.member_versions(x).unwrap().len(), 2, "group version {}", x.seq);
+    }
+    // Kept apart from any group version: a name, the heads' bases (the
+    // restore moved them to taken[3]'s members), a group version that stays.
+    let mut keep = vec![tagged.id];
+    for name in ["a", "b"] {
+        keep.extend(v.head_base(&v.get(name).unwrap()).unwrap());
+    }
+    keep.extend(after.iter().flat_map(|x| x.members.iter().map(|n| n.version)));
+    let mut gone = 0;
+    for m in pruned.iter().flat_map(|x| &x.members) {
+        let found = g.resolve(&format!("{}@{}", m.volume, m.version)).is_ok();
+        assert_eq!(found, keep.contains(&m.version), "{}@{}", m.volume, m.version.short());
+        gone += usize::from(!found);
+    }
+    assert!(gone >= 2 * pruned.len() - 3, "{gone} member versions went");
+    // The store stays sound, and a second prune at the same time has nothing left.
+    assert!(s.check().unwrap().ok(), "{:?}", s.check().unwrap().problems);
+    assert!(g.prune_group("env", &policy, later, false).unwrap().is_empty());
+}
+
+#[test]
+fn group_prune_from_the_command_line() {
+    let (_d, s) = store();
+    ok(&s, &["volume", "create", "a"]);
+    ok(&s, &["group", "create", "env", "a"]);
+    for _ in 0..4 {
+        ok(&s, &["snapshot", "--group", "env"]);
+    }
+    let out = ok(&s, &["group", "prune", "env", "--keep-recent", "1", "--dry-run"]);
+    assert!(out.starts_with("would prune "), "{out}");
+    let all = crate::common::json(&s, &["log", "--group", "env"]);
+    assert_eq!(all.as_array().unwrap().len(), 4);
+    let (code, err) = fails(&s, &["group", "prune", "nope"]);
+    assert_eq!(code, 66, "{err}");
+}

@@ -19,6 +19,8 @@ pub struct StoreConfig {
     pub id: Option<String>,
     pub pack_target: usize,
     pub zstd_level: i32,
+    /// Bytes of chunks kept in memory; 0: sized by each host's memory
+    /// (`config::auto_cache`). `FORKFS_MEMORY_CACHE` overrides it.
     pub cache_bytes: u64,
     pub default_block_size: u32,
     /// Objects live here instead of `<store>/objects` (`forkfs init --remote`).
@@ -42,7 +44,7 @@ impl Default for StoreConfig {
             id: None,
             pack_target: c.pack_target,
             zstd_level: c.zstd_level,
-            cache_bytes: c.cache_bytes,
+            cache_bytes: 0,
             default_block_size: DEFAULT_BLOCK_SIZE,
             remote: None,
             disk_cache_bytes: DEFAULT_DISK_CACHE,

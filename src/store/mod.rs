@@ -194,7 +194,7 @@ impl Store {
         let chunk_config = ChunkConfig {
             pack_target: config.pack_target,
             zstd_level: config.zstd_level,
-            cache_bytes: config.cache_bytes,
+            cache_bytes: settings.memory_cache(config.cache_bytes),
             disk_cache: config
                 .remote
                 .as_ref()

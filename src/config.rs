@@ -104,7 +104,28 @@ pub fn auto_cache() -> u64 {
         return MIN;
     }
     let total = (si.totalram as u64).saturating_mul(u64::from(si.mem_unit).max(1));
-    (total / 16).clamp(MIN, MAX)
+    (total.min(cgroup_memory_max().unwrap_or(u64::MAX)) / 16).clamp(MIN, MAX)
+}
+
+/// The memory limit of this process's cgroup (v2 `memory.max`, v1
+/// `memory.limit_in_bytes`), if it has one: in a container it, not the
+/// machine, is what the process may use.
+fn cgroup_memory_max() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut limits = Vec::new();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let path = path.trim_start_matches('/');
+        match controllers {
+            "" => limits.push(format!("/sys/fs/cgroup/{path}/memory.max")),
+            c if c.split(',').any(|c| c == "memory") => {
+                limits.push(format!("/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"))
+            }
+            _ => {}
+        }
+    }
+    limits.iter().filter_map(|f| std::fs::read_to_string(f).ok()?.trim().parse().ok()).min()
 }
 
 /// Parses sizes like `64G`, `512MiB`, `1T`, `4096` (binary units).

@@ -88,8 +88,8 @@ impl Graph {
     /// goes leaves the group's log, and its member versions go with it
     /// unless something else keeps them (a name, a pin, a head or a fork
     /// based on them, another group version). Candidates are the group
-    /// versions snapshots took that have no name; named ones and those a
-    /// group restore left (its undo points) stay. Returns the group
+    /// versions snapshots took that have no name, except the newest; named
+    /// ones and those a group restore left (its undo points) stay. Returns the group
     /// versions removed (or that would be, with `dry_run`). Only records
     /// go; GC reclaims the data.
     ///
@@ -106,8 +106,12 @@ impl Graph {
     ) -> Result<Vec<GroupVersion>> {
         let _held = self.groups.lock();
         let log = self.group_log(group)?;
+        // The newest stays: group versions are numbered from the last one,
+        // so pruning it would give its number to the next.
+        let newest = log.last().map(|g| g.seq);
         let candidates: Vec<Candidate<u64>> = log
             .iter()
+            .filter(|g| Some(g.seq) != newest)
             .filter(|g| g.name.is_none() && matches!(g.origin, Origin::Manual | Origin::Auto))
             .map(|g| Candidate { id: g.seq, created_at_ms: g.created_at_ms })
             .collect();

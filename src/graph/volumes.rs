@@ -3,6 +3,7 @@
 
 use crate::db::Batch;
 use crate::error::{Error, ErrorKind, Result};
+use crate::head::fs::FsReader;
 use crate::head::{BlockHead, FsHead, Head, Storage};
 use crate::id::{VersionId, VolumeId, VolumeName};
 use crate::objects::keys as objects;
@@ -371,30 +372,45 @@ impl Volumes {
     }
 
     /// Sets (or with `None` removes) an fs volume's quota: the most bytes
-    /// its files may take, as [`crate::head::fs::inode::charged`] counts them. Changes
-    /// past it fail with ENOSPC from then on, in this process and in any
-    /// that opens the volume later; a quota below what the files already
-    /// take refuses growth and lets them shrink. Returns the record and
-    /// the bytes used (counted once, and kept from then on, in a volume
-    /// made before the count was kept).
+    /// its files may take, as [`crate::head::fs::inode::charged`] counts
+    /// them. Changes past it fail with ENOSPC from then on, in this
+    /// process and in any that opens the volume later; a quota below what
+    /// the files already take refuses growth and lets them shrink. A
+    /// volume made before the count was kept is counted at its first
+    /// change under the quota. Returns the record and the bytes used.
     pub fn set_quota(&self, volume: &str, quota: Option<u64>) -> Result<(VolumeRecord, u64)> {
         check_quota(self.get(volume)?.kind, quota)?;
-        let head = FsHead::new(self.open(volume)?)?;
-        let used = head.keep_used()?;
-        let rec = self.update(volume, |rec| {
+        self.update(volume, |rec| {
             rec.quota = quota;
+            // Under the record's lock: two at once leave the open head
+            // enforcing what the record says.
+            if let Some(h) = self.opened_id(rec.id) {
+                h.set_quota(quota);
+            }
             Ok(())
         })?;
-        head.head().set_quota(quota);
-        tracing::info!(volume, ?quota, used, "quota set");
-        Ok((rec, used))
+        tracing::info!(volume, ?quota, "quota set");
+        self.usage(volume)
     }
 
-    /// An fs volume's quota (if any) and the bytes its files take.
+    /// An fs volume's record (with its quota, if any) and the bytes its
+    /// files take: from the head this process has open, else from the
+    /// committed head (a volume is not opened for it: on a shared store
+    /// that would take its lease).
     pub fn usage(&self, volume: &str) -> Result<(VolumeRecord, u64)> {
         let rec = self.get(volume)?;
         check_quota(rec.kind, None)?;
-        let used = FsHead::new(self.open(volume)?)?.used()?;
+        let used = match self.opened_id(rec.id) {
+            Some(h) => FsHead::new(h)?.used()?,
+            None => {
+                let head = self.storage.records.head(rec.id)?;
+                let r = FsReader::frozen(&self.storage.chunks, head.root, rec.block_size);
+                match r.meta()?.used {
+                    Some(u) => u,
+                    None => r.count_used()?,
+                }
+            }
+        };
         Ok((rec, used))
     }
 

@@ -3,6 +3,7 @@
 //! head whose count is wrong.
 
 use crate::error::Result;
+use crate::graph::SnapshotOptions;
 use crate::head::fs::FsReader;
 use crate::records::VolumeKind;
 use crate::store::Store;
@@ -12,7 +13,12 @@ impl Store {
     /// used bytes that its tree does not add up to. A tree that cannot be
     /// read is left to the walk that locates damage.
     pub(crate) fn check_usage(&self) -> Result<Vec<String>> {
-        let mut problems = Vec::new();
+        Ok(self.miscounted()?.into_iter().map(|(_, problem)| problem).collect())
+    }
+
+    /// The fs volumes [`Store::check_usage`] finds miscounted, with the problem.
+    fn miscounted(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
         for vol in self.volumes().list()? {
             if vol.kind != VolumeKind::Fs {
                 continue;
@@ -22,30 +28,41 @@ impl Store {
             let Ok(Some(kept)) = r.meta().map(|m| m.used) else { continue };
             let Ok(counted) = r.count_used() else { continue };
             if kept != counted {
-                problems.push(format!(
+                let problem = format!(
                     "{} head: the quota count says {kept} bytes, the files take {counted} \
                      (fsck --repair recounts)",
                     vol.name
-                ));
+                );
+                out.push((vol.name.to_string(), problem));
             }
         }
-        Ok(problems)
+        Ok(out)
     }
 
-    /// Recounts the used bytes of every fs volume that keeps a count
-    /// which its live tree does not add up to; returns what it fixed.
+    /// Recounts the used bytes of each fs volume [`Store::check_usage`]
+    /// finds miscounted, and checkpoints it so the committed head has the
+    /// new count; returns what it fixed, and what it could not (a volume
+    /// another host holds, a tree that cannot be read) without failing
+    /// the rest of the repair.
     pub(crate) fn repair_usage(&self) -> Result<Vec<String>> {
-        let mut fixed = Vec::new();
-        for vol in self.volumes().list()? {
-            if vol.kind != VolumeKind::Fs {
-                continue;
-            }
-            let head = self.volumes().open_fs(vol.name.as_str())?;
-            if let Some((was, now)) = head.recount()? {
-                fixed.push(format!("{}: quota count {was} -> {now} bytes", vol.name));
-            }
+        let mut out = Vec::new();
+        for (name, _) in self.miscounted()? {
+            let fixed = self.volumes().open_fs(&name).and_then(|head| {
+                let changed = head.recount()?;
+                let opts = SnapshotOptions {
+                    label: Some("fsck --repair: quota count".into()),
+                    ..Default::default()
+                };
+                self.graph().snapshot(&name, &opts)?;
+                Ok(changed)
+            });
+            out.push(match fixed {
+                Ok(Some((was, now))) => format!("{name}: quota count {was} -> {now} bytes"),
+                Ok(None) => format!("{name}: quota count right in the live head"),
+                Err(e) => format!("{name}: quota count not recounted: {e}"),
+            });
         }
-        Ok(fixed)
+        Ok(out)
     }
 }
 
@@ -88,7 +105,7 @@ mod tests {
         let fixed = s.repair_usage().unwrap();
         assert_eq!(fixed, vec!["ws: quota count 999 -> 20480 bytes".to_string()]);
         assert_eq!(h.used().unwrap(), 20_480);
-        snapshot(&s);
+        // The repair is committed: fsck right after it finds nothing.
         assert!(s.check_usage().unwrap().is_empty());
         assert!(s.repair_usage().unwrap().is_empty());
     }
@@ -103,9 +120,13 @@ mod tests {
         h.write_file(f.ino, 0, &[2; 100]).unwrap();
         assert_eq!(h.used().unwrap(), 20_480 + 4096, "counted by a walk");
         assert!(s.check_usage().unwrap().is_empty());
-        // A quota counts it once; from then on every change keeps it.
+        // A quota is enforced at once: its first change counts the tree,
+        // and from then on every change keeps the count.
         let (_, used) = s.volumes().set_quota("ws", Some(1 << 20)).unwrap();
         assert_eq!(used, 20_480 + 4096);
+        assert_eq!(h.reader().meta().unwrap().used, None, "set_quota opens and writes nothing");
+        let big = h.write_file(f.ino, 0, &vec![4; 2 << 20]).unwrap_err();
+        assert_eq!(big.posix_condition(), Some(Posix::NoSpace));
         h.write_file(f.ino, 4096, &[2; 100]).unwrap();
         assert_eq!(h.reader().meta().unwrap().used, Some(20_480 + 8192));
         // A restore to a version without a count, under a quota, counts it.

@@ -203,15 +203,16 @@ impl Workspace {
     /// ENOSPC when the disk under the store has less room than the part of
     /// the range that holds no data yet, as a filesystem that reserves the
     /// space would answer (the store writes blocks only when they are).
-    /// With a quota, the room is what the quota leaves.
+    /// A quota is the commit's to enforce: a plain fallocate grows the
+    /// size it charges, one with KEEP_SIZE charges nothing.
     pub fn check_room(&self, ino: u64, offset: u64, len: u64) -> Result<(), Error> {
         let r = self.reader();
         // Past what is counted, count nothing as held (ask for it all).
         let held = r.allocated_in(&r.inode(ino)?, offset, len)?.unwrap_or(0);
-        let (_, _, avail, bsize) = self.space();
+        let (_, _, avail, bsize) = super::statfs_of(self.store.dir());
         let room = avail.saturating_mul(u64::from(bsize));
         if len.saturating_sub(held) > room {
-            let why = format!("fallocate of {len} bytes: {room} bytes free for this volume");
+            let why = format!("fallocate of {len} bytes: {room} bytes free under the store");
             return Err(Error::posix(Posix::NoSpace, why));
         }
         Ok(())

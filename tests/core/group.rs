@@ -168,6 +168,16 @@ fn group_prune_from_the_command_line() {
     assert!(out.starts_with("would prune "), "{out}");
     let all = crate::common::json(&s, &["log", "--group", "env"]);
     assert_eq!(all.as_array().unwrap().len(), 4);
+    // Everything that may go goes, but the newest: its number is not
+    // given again, so `env@3` keeps naming the same cut.
+    let prune = ["group", "prune", "env", "--keep-recent", "0", "--per-bucket", "0"];
+    let out = ok(&s, &prune);
+    assert!(out.starts_with("pruned 3 "), "{out}");
+    ok(&s, &["snapshot", "--group", "env"]);
+    let log = crate::common::json(&s, &["log", "--group", "env"]);
+    let seqs: Vec<u64> =
+        log.as_array().unwrap().iter().map(|g| g["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, vec![4, 3], "{log}");
     let (code, err) = fails(&s, &["group", "prune", "nope"]);
     assert_eq!(code, 66, "{err}");
 }

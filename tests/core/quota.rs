@@ -138,34 +138,26 @@ fn the_count_follows_a_model_through_random_changes() {
                 files.insert(ino, (0, vec![name]));
             }
             _ if files.is_empty() => continue,
-            2..=4 => {
+            // A write or a resize: the model says its new size, and whether
+            // the quota must refuse it.
+            k @ 2..=6 => {
                 let ino = pick(&mut rng, &files);
-                let off = rng.random_range(0..100 * KIB);
-                let len = rng.random_range(1..40 * KIB) as usize;
-                let new_size = files[&ino].0.max(off + len as u64);
+                let (r, new_size) = if k <= 4 {
+                    let off = rng.random_range(0..100 * KIB);
+                    let len = rng.random_range(1..40 * KIB) as usize;
+                    (h.write_file(ino, off, &vec![7; len]), files[&ino].0.max(off + len as u64))
+                } else {
+                    let to = rng.random_range(0..120 * KIB);
+                    (size(&h, ino, to), to)
+                };
                 let after = before - charged(FileKind::File, files[&ino].0)
                     + charged(FileKind::File, new_size);
-                let r = h.write_file(ino, off, &vec![7; len]);
                 if after > before && after > QUOTA {
-                    assert!(is_enospc(r), "step {step}: a write past the quota passed");
+                    assert!(is_enospc(r), "step {step}: growth past the quota passed");
                     refused += 1;
                 } else {
                     r.unwrap();
                     files.get_mut(&ino).unwrap().0 = new_size;
-                }
-            }
-            5 | 6 => {
-                let ino = pick(&mut rng, &files);
-                let to = rng.random_range(0..120 * KIB);
-                let after =
-                    before - charged(FileKind::File, files[&ino].0) + charged(FileKind::File, to);
-                let r = size(&h, ino, to);
-                if after > before && after > QUOTA {
-                    assert!(is_enospc(r), "step {step}: a resize past the quota passed");
-                    refused += 1;
-                } else {
-                    r.unwrap();
-                    files.get_mut(&ino).unwrap().0 = to;
                 }
             }
             7 => {

@@ -90,7 +90,6 @@ impl FsHead {
                 return Ok(None);
             }
             t.meta()?.used = Some(now);
-            t.access_only = true;
             Ok(Some((was, now)))
         })
     }
@@ -102,21 +101,6 @@ impl FsHead {
         self.txn(|t| {
             t.meta()?.used = used;
             Ok(())
-        })
-    }
-
-    /// [`FsHead::used`], from now on kept with every change (counted once
-    /// in a volume made before the count was kept): what a quota needs.
-    pub(crate) fn keep_used(&self) -> Result<u64> {
-        if let Some(u) = self.reader().meta()?.used {
-            return Ok(u);
-        }
-        self.txn(|t| {
-            let n = t.r.count_used()?;
-            t.meta()?.used = Some(n);
-            // Bookkeeping, as an access time is: no version is owed for it.
-            t.access_only = true;
-            Ok(n)
         })
     }
 }

@@ -194,6 +194,13 @@ impl<'a> Txn<'a> {
             return Ok(());
         }
         let quota = self.head.quota();
+        // A quota with no count (a volume from before it was kept, or a
+        // count lost with an unsynced write): count the tree as it stands
+        // before this change, once, so the quota holds from here on.
+        if quota.is_some() && self.meta()?.used.is_none() {
+            let counted = self.r.count_used()?;
+            self.meta()?.used = Some(counted);
+        }
         let meta = self.meta()?;
         let Some(used) = meta.used else { return Ok(()) };
         let now = u64::try_from((i128::from(used) + delta).max(0)).unwrap_or(u64::MAX);

@@ -404,11 +404,7 @@ impl Volumes {
             Some(h) => FsHead::new(h)?.used()?,
             None => {
                 let head = self.storage.records.head(rec.id)?;
-                let r = FsReader::frozen(&self.storage.chunks, head.root, rec.block_size);
-                match r.meta()?.used {
-                    Some(u) => u,
-                    None => r.count_used()?,
-                }
+                FsReader::frozen(&self.storage.chunks, head.root, rec.block_size).used()?
             }
         };
         Ok((rec, used))

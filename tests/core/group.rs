@@ -45,15 +45,21 @@ fn a_diff_of_two_heads_and_a_group_snapshot_do_not_deadlock() {
     assert_eq!(s.graph().group_log("env").unwrap().len(), 200);
 }
 
-/// A member volume, or one whose versions a group version names, is not
-/// deleted from under its group.
-#[test]
-fn a_group_keeps_its_members() {
-    let (_d, s) = store();
+/// A store with fs volumes a and b in group env, and its group version `one`.
+fn env_with_one() -> (tempfile::TempDir, std::path::PathBuf) {
+    let (d, s) = store();
     ok(&s, &["volume", "create", "a"]);
     ok(&s, &["volume", "create", "b"]);
     ok(&s, &["group", "create", "env", "a", "b"]);
     ok(&s, &["snapshot", "--group", "env", "--name", "one"]);
+    (d, s)
+}
+
+/// A member volume, or one whose versions a group version names, is not
+/// deleted from under its group.
+#[test]
+fn a_group_keeps_its_members() {
+    let (_d, s) = env_with_one();
     let (code, msg) = fails(&s, &["volume", "delete", "b"]);
     assert_eq!(code, 75, "{msg}");
     assert!(msg.contains("group remove env b"), "{msg}");
@@ -70,11 +76,7 @@ fn a_group_keeps_its_members() {
 /// A lost index comes back with its groups and group versions.
 #[test]
 fn groups_survive_an_index_rebuild() {
-    let (_d, s) = store();
-    ok(&s, &["volume", "create", "a"]);
-    ok(&s, &["volume", "create", "b"]);
-    ok(&s, &["group", "create", "env", "a", "b"]);
-    ok(&s, &["snapshot", "--group", "env", "--name", "one"]);
+    let (_d, s) = env_with_one();
     ok(&s, &["snapshot", "--group", "env"]);
     let before = (
         crate::common::json(&s, &["group", "list"]),

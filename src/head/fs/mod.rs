@@ -71,11 +71,7 @@ impl FsHead {
     /// [`inode::charged`]): kept with every change, or counted now by a
     /// walk of the tree in a volume made before the count was kept.
     pub fn used(&self) -> Result<u64> {
-        let r = self.reader();
-        match r.meta()?.used {
-            Some(u) => Ok(u),
-            None => r.count_used(),
-        }
+        self.reader().used()
     }
 
     /// Counts the used bytes by walking the tree and, where the kept

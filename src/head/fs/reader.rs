@@ -265,6 +265,15 @@ impl<'a> FsReader<'a> {
 }
 
 impl FsReader<'_> {
+    /// Bytes the files of this state count against a quota: the kept
+    /// count, or in a state from before it was kept [`FsReader::count_used`].
+    pub(crate) fn used(&self) -> Result<u64> {
+        match self.meta()?.used {
+            Some(u) => Ok(u),
+            None => self.count_used(),
+        }
+    }
+
     /// Bytes the files of this state count against a quota, counted by
     /// walking the whole tree (hard links once, orphans included). Cost:
     /// every directory and file.
@@ -297,13 +306,9 @@ impl FsReader<'_> {
 /// one, with the live head's next inode number if that is higher.
 pub(crate) fn restored_meta(head: &Head, root: MapRoot) -> Result<Bytes> {
     let live = FsReader::live(head).meta()?;
-    let frozen = FsReader::frozen(&head.storage.chunks, root, head.record().block_size);
-    let mut restored = frozen.meta()?;
+    let mut restored =
+        FsReader::frozen(&head.storage.chunks, root, head.record().block_size).meta()?;
     restored.next_ino = restored.next_ino.max(live.next_ino);
-    // A version from before the count was kept: a quota needs it now.
-    if restored.used.is_none() && head.quota().is_some() {
-        restored.used = Some(frozen.count_used()?);
-    }
     Ok(Bytes::from(restored.encode()))
 }
 

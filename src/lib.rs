@@ -18,8 +18,16 @@
 //! | `db`, `objects` | the local RocksDB; object stores through `object_store` |
 //! | `error`, `id`, `clock`, `config`, `progress` | the foundation |
 //!
-//! This crate knows nothing of FUSE or NBD. What front-ends use is
-//! re-exported here; everything else stays inside.
+//! The core knows nothing of FUSE or NBD. What front-ends use is
+//! re-exported here; everything else stays inside. One front-end lives in
+//! this crate, above every layer: [`mount`] (feature `mount`), the FUSE
+//! workspace, here so that whichever process holds a store (a mount, or
+//! forkfs-nbd) can host mounts of it. It uses the library only as its
+//! users do, through `forkfs::` paths (`scripts/check-layers` holds it to
+//! that), never reaching inside.
+
+// `forkfs::` names this crate from inside it too (for [`mount`]).
+extern crate self as forkfs;
 
 pub mod bundle;
 mod cas;
@@ -33,6 +41,8 @@ mod head;
 mod id;
 mod maint;
 mod map;
+#[cfg(feature = "mount")]
+pub mod mount;
 mod objects;
 mod progress;
 mod records;

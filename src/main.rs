@@ -1,7 +1,6 @@
 //! The `forkfs` command.
 
 mod cli;
-mod mount;
 
 fn main() {
     // A store holds every volume's data: what this process creates is its owner's.

@@ -271,9 +271,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     )
     .map_err(forkfs::Error::invalid)?;
     let dir = cli.store.unwrap_or_else(forkfs::default_store_dir);
-    let store = forkfs::Store::open_with(&dir, &forkfs::Settings::from_env())?;
-    // `forkfs gc`, `fsck`, `prune` reach this process while it holds the store.
-    let _control = forkfs::service::serve(store.clone(), Default::default())?;
+    let store = forkfs::Store::open_with(&dir, &forkfs::Settings::from_env()).map_err(|e| {
+        if !e.is_store_in_use() {
+            return e;
+        }
+        // A store has one holder, and forkfs-nbd hosts mounts too.
+        let hint = "; stop it first, then start forkfs-nbd: `forkfs mount` then asks this \
+                    server to host the mounts";
+        let message = format!("{e}{hint}");
+        forkfs::Error::new(e.kind(), message).with_detail(forkfs::Detail::StoreInUse)
+    })?;
+    // `forkfs gc`, `fsck`, `prune`, snapshots and groups reach this process
+    // while it holds the store, and `forkfs mount` asks it to host mounts.
+    let extensions = forkfs::service::Extensions::default();
+    let mounts = forkfs::mount::host::Host::resident(store.clone(), &extensions);
+    let _control = forkfs::service::serve(store.clone(), extensions)?;
     let exports = Arc::new(
         exports::Exports::new(store, export.clone(), consistency).with_clients(allow_client)?,
     );
@@ -289,6 +301,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         socket,
         inherited,
         exit_when_idle,
+        busy: {
+            let m = mounts.clone();
+            Arc::new(move || !m.mount_points().is_empty())
+        },
         peers: peers::Peers { uids: allow_uid, gids: allow_gid },
         metrics,
         session: session::SessionConfig { checkpoint_after_flush, limits },
@@ -301,6 +317,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .thread_name("forkfs-nbd")
         .build()?;
+    let hosted = mounts.clone();
     rt.block_on(async move {
         // Installed before anything listens: a SIGTERM that arrives as soon
         // as the socket answers must still mean a graceful stop.
@@ -322,9 +339,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         format!("--stop-timeout {} passed", humantime::format_duration(stop_timeout))
                     }
                 };
+                hosted.detach_all();
                 tracing::error!(
-                    "stopping now ({why}): writes flushed (FLUSH, FUA) are kept, \
-                     the rest of the last requests may be lost"
+                    "stopping now ({why}): writes flushed (FLUSH, FUA) or fsynced are kept, \
+                     the rest of the last requests and hosted mounts' unsynced writes may be lost"
                 );
                 // No destructors: threads may still be inside the store.
                 unsafe { libc::_exit(75) };
@@ -332,6 +350,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         server::run(exports, cfg, shutdown).await
     })?;
+    // Mounts hosted for `forkfs mount` end too, each with its last
+    // checkpoint (the stop timeout above still bounds the wait).
+    if !mounts.mount_points().is_empty() {
+        tracing::info!("unmounting hosted mounts");
+    }
+    mounts.unmount_all();
+    if let Some(e) = mounts.wait() {
+        tracing::error!(error = %e, "a hosted mount ended with an error");
+    }
     tracing::info!("stopped");
     Ok(())
 }

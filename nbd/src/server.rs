@@ -31,6 +31,9 @@ pub struct ServerConfig {
     pub inherited: Vec<Inherited>,
     /// Stop (as on SIGTERM) once no client was connected for this long.
     pub exit_when_idle: Option<Duration>,
+    /// Whether something besides connections keeps the server busy (the
+    /// mounts it hosts): it is not idle then.
+    pub busy: Arc<dyn Fn() -> bool + Send + Sync>,
     pub session: SessionConfig,
     /// Versions are also taken on this timer when a head changed.
     pub checkpoint_every: Duration,
@@ -309,7 +312,7 @@ pub async fn run(
             _ = &mut shutdown => break,
             _ = idle.tick(), if cfg.exit_when_idle.is_some() => {
                 let limit = cfg.exit_when_idle.unwrap_or_default();
-                if !conns.is_empty() {
+                if !conns.is_empty() || (cfg.busy)() {
                     idle_since = tokio::time::Instant::now();
                 } else if idle_since.elapsed() >= limit {
                     let after = humantime::format_duration(limit).to_string();

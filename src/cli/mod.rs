@@ -117,11 +117,11 @@ enum Command {
     /// Volumes, sizes, stored bytes and dedupe ratio
     Status(status::Args),
     /// Mount an fs volume (or a version, read-only) through FUSE
-    Mount(crate::mount::Args),
+    Mount(forkfs::mount::Args),
     /// Run a command between two versions of a volume (one reversible step)
     Run(run::Args),
     /// Unmount a mounted volume and wait for its process to finish
-    Umount(crate::mount::UmountArgs),
+    Umount(forkfs::mount::UmountArgs),
     /// Serve volumes over NBD (runs forkfs-nbd)
     #[command(external_subcommand)]
     External(Vec<String>),
@@ -158,8 +158,8 @@ pub fn run() -> i32 {
         Command::Bundle(c) => bundle::run(&g, c),
         Command::Group(c) => group::run(&g, c),
         Command::Status(a) => status::run(&g, a),
-        Command::Mount(a) => crate::mount::mount(&g.store_dir(), &g.settings(), a),
-        Command::Umount(a) => crate::mount::umount(&g.store_dir(), a),
+        Command::Mount(a) => forkfs::mount::mount(&g.store_dir(), &g.settings(), a),
+        Command::Umount(a) => forkfs::mount::umount(&g.store_dir(), a),
         Command::Run(a) => match run::run(&g, a) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -53,6 +53,8 @@ impl Graph {
         add: &[String],
         remove: &[String],
     ) -> Result<GroupRecord> {
+        // Two changes at once would each write its own copy of the list.
+        let _g = self.groups.lock();
         let mut rec = self.group(name)?;
         for r in remove {
             if !rec.members.iter().any(|m| m.as_str() == r) {
@@ -253,6 +255,10 @@ impl Graph {
         {
             let _ones: Vec<_> = heads.iter().map(|(h, _)| h.checkpoint.lock()).collect();
             let _gates: Vec<_> = heads.iter().map(|(h, _)| h.gate.write()).collect();
+            // A member deleted meanwhile fails the restore before any changes.
+            for (h, _) in &heads {
+                h.check_live()?;
+            }
             for (h, v) in &heads {
                 let pre = self.restore_held(h, v).map_err(|e| {
                     e.context(format!(

@@ -2,7 +2,8 @@
 //! `forkfs mount` opens the store, and later ones (other volumes, forks,
 //! any number of read-only versions) ask it over the control socket to
 //! mount them too. Each mount is one FUSE session on its own thread; the
-//! process ends when its last mount does.
+//! process ends when its last mount does. forkfs-nbd hosts mounts the
+//! same way ([`Host::resident`]), and stays when its last mount ends.
 
 use super::fuse::Fuse;
 use super::record::Record;
@@ -83,6 +84,9 @@ pub struct Host {
     store: Store,
     state: Mutex<State>,
     ended: Condvar,
+    /// The process holds the store for more than its mounts (forkfs-nbd):
+    /// it takes new mounts after its last one ends.
+    resident: bool,
 }
 
 #[derive(Default)]
@@ -104,7 +108,18 @@ impl Host {
     /// Also answers mount requests arriving through `extensions`, those
     /// of the store's control socket.
     pub fn new(store: Store, extensions: &Extensions) -> Arc<Host> {
-        let host = Arc::new(Host { store, state: Mutex::default(), ended: Condvar::new() });
+        Self::with(store, extensions, false)
+    }
+
+    /// A host in a process that serves more than mounts (forkfs-nbd): it
+    /// goes on taking mounts after its last one ends, until [`Host::wait`].
+    pub fn resident(store: Store, extensions: &Extensions) -> Arc<Host> {
+        Self::with(store, extensions, true)
+    }
+
+    fn with(store: Store, extensions: &Extensions, resident: bool) -> Arc<Host> {
+        let host =
+            Arc::new(Host { store, state: Mutex::default(), ended: Condvar::new(), resident });
         let weak: Weak<Host> = Arc::downgrade(&host);
         extensions.insert(
             MOUNT_REQUEST,
@@ -213,7 +228,7 @@ impl Host {
                     format!("mounting {vol} on {}: {e}", req.dir.display()),
                 )
             })?;
-        let record = Record::write(self.store.dir(), &req.dir, &req.spec)
+        let record = Record::write(self.store.dir(), &req.dir, &req.spec, self.resident)
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
         // A version never changes: only a live mount needs the hook.
         let hook = ws.is_live().then(|| self.watch_restores(&ws, vol, session.notifier()));
@@ -276,7 +291,7 @@ impl Host {
             st.failure = failure;
         }
         st.running -= 1;
-        if st.running == 0 {
+        if st.running == 0 && !self.resident {
             st.closing = true;
         }
         // Wakes `wait` and any mount waiting in `claim`.
@@ -294,6 +309,16 @@ impl Host {
         for (dir, u) in st.unmounters.iter_mut() {
             if let Err(e) = u.unmount() {
                 tracing::warn!(dir = %dir.display(), error = %e, "unmount failed");
+            }
+        }
+    }
+
+    /// Detaches every mount at once, busy or not, without waiting for
+    /// their last checkpoints: for a stop that ran out of time.
+    pub fn detach_all(&self) {
+        for dir in self.mount_points() {
+            if let Err(e) = super::umount::unmount(&dir, true) {
+                tracing::error!(dir = %dir.display(), error = %e, "cannot detach");
             }
         }
     }

@@ -6,7 +6,7 @@
 mod convert;
 mod fuse;
 mod history;
-mod host;
+pub mod host;
 mod record;
 mod umount;
 mod users;
@@ -254,11 +254,7 @@ fn stop_on_signals(
             Some(s) => format!("a second signal ({s})"),
             None => format!("--stop-timeout {} passed", humantime::format_duration(stop_timeout)),
         };
-        for dir in host.mount_points() {
-            if let Err(e) = umount::unmount(&dir, true) {
-                tracing::error!(dir = %dir.display(), error = %e, "cannot detach");
-            }
-        }
+        host.detach_all();
         tracing::error!(
             "stopping now ({why}): mounts detached without their last checkpoint; writes \
              fsynced are kept (recovered at the next open), writes not yet fsynced are lost"
@@ -364,7 +360,7 @@ fn daemonize(store_dir: &Path, a: &Args) -> Result<()> {
         if let Some(rest) = line.strip_prefix("ready ") {
             match rest.strip_suffix(" hosted") {
                 Some(pid) => println!(
-                    "{} mounted on {} (pid {pid}, which holds the store and serves its other mounts)",
+                    "{} mounted on {} (pid {pid}, hosted by the process that holds the store)",
                     a.spec,
                     a.dir.display()
                 ),

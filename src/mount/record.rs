@@ -20,6 +20,18 @@ struct Entry {
     pid: u32,
     dir: PathBuf,
     volume: String,
+    /// The process serves more than mounts (forkfs-nbd) and does not end
+    /// with its last one.
+    #[serde(default)]
+    stays: bool,
+}
+
+/// The live process serving a mount.
+#[derive(Clone, Copy, Debug)]
+pub struct Holder {
+    pub pid: u32,
+    /// It does not end with its last mount (forkfs-nbd).
+    pub stays: bool,
 }
 
 /// The bytes `<id>.failed` holds for a failure (taken when the mount starts).
@@ -36,13 +48,14 @@ fn path_for(store: &Path, dir: &Path) -> PathBuf {
 }
 
 impl Record {
-    pub fn write(store: &Path, dir: &Path, volume: &str) -> Result<Record> {
+    pub fn write(store: &Path, dir: &Path, volume: &str, stays: bool) -> Result<Record> {
         let path = path_for(store, dir);
         std::fs::create_dir_all(path.parent().expect("has a parent"))?;
         // The room for a failure is taken now: a mount whose last
         // checkpoint fails for want of space must still be able to say so.
         std::fs::write(path.with_extension("failed"), [b' '; FAILURE_ROOM])?;
-        let e = Entry { pid: std::process::id(), dir: dir.to_path_buf(), volume: volume.into() };
+        let e =
+            Entry { pid: std::process::id(), dir: dir.to_path_buf(), volume: volume.into(), stays };
         std::fs::write(&path, serde_json::to_vec(&e)?)?;
         Ok(Record { path })
     }
@@ -95,8 +108,13 @@ impl Record {
 
     /// The pid of the live process mounted on `dir`, if any.
     pub fn find(store: &Path, dir: &Path) -> Option<u32> {
+        Self::holder(store, dir).map(|h| h.pid)
+    }
+
+    /// The live process mounted on `dir`, if any.
+    pub fn holder(store: &Path, dir: &Path) -> Option<Holder> {
         let e: Entry = serde_json::from_slice(&std::fs::read(path_for(store, dir)).ok()?).ok()?;
-        alive(e.pid).then_some(e.pid)
+        alive(e.pid).then_some(Holder { pid: e.pid, stays: e.stays })
     }
 }
 

@@ -37,14 +37,15 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         ))),
         Some(_) => {}
     }
-    let holder = record::Record::find(store_dir, &dir);
+    let holder = record::Record::holder(store_dir, &dir);
     if a.force {
         return force(store_dir, &dir, holder);
     }
     unmount(&dir, a.lazy)?;
-    if let Some(pid) = holder {
+    if let Some(h) = holder {
+        let pid = h.pid;
         let wait = if a.lazy { Duration::from_secs(2) } else { Duration::from_secs(60) };
-        if !wait_for_end(store_dir, &dir, pid, wait) {
+        if !wait_for_end(store_dir, &dir, h, wait) {
             if a.lazy {
                 println!(
                     "{} detached; the mount ends, with its last checkpoint, when no process uses it",
@@ -80,18 +81,20 @@ fn saved(store_dir: &Path, dir: &Path) -> Result<()> {
 /// stops its process `holder` unless that serves other mounts or ends on
 /// its own within 2 s: SIGTERM, then a second SIGTERM (the mount process
 /// then detaches and exits at once, `mount/mod.rs`).
-fn force(store_dir: &Path, dir: &Path, holder: Option<u32>) -> Result<()> {
+fn force(store_dir: &Path, dir: &Path, holder: Option<record::Holder>) -> Result<()> {
     if unmount(dir, false).is_err() {
         unmount(dir, true)?;
     }
-    let Some(pid) = holder else { return Ok(()) };
-    if wait_for_end(store_dir, dir, pid, Duration::from_secs(2)) {
+    let Some(h) = holder else { return Ok(()) };
+    let pid = h.pid;
+    if wait_for_end(store_dir, dir, h, Duration::from_secs(2)) {
         return saved(store_dir, dir);
     }
-    if record::serves_other(store_dir, pid, dir) {
+    if h.stays || record::serves_other(store_dir, pid, dir) {
+        let what = if h.stays { "serves more than mounts" } else { "serves other mounts too" };
         bail!(Error::conflict(format!(
-            "{} is detached, but process {pid} serves other mounts too, so it was not \
-             stopped: the mount ends, with its last checkpoint, when its users let go",
+            "{} is detached, but process {pid} {what}, so it was not stopped: the \
+             mount ends, with its last checkpoint, when its users let go",
             dir.display()
         )));
     }
@@ -159,13 +162,16 @@ pub(super) fn unmount(dir: &Path, lazy: bool) -> Result<()> {
 }
 
 /// Waits up to `wait` for the mount's last checkpoint (its record goes;
-/// a failed one leaves why) and, unless process `pid` serves other
-/// mounts, for the process to exit; whether that happened.
-fn wait_for_end(store_dir: &Path, dir: &Path, pid: u32, wait: Duration) -> bool {
+/// a failed one leaves why) and, unless its process serves other mounts
+/// or stays after them (forkfs-nbd), for the process to exit; whether
+/// that happened.
+fn wait_for_end(store_dir: &Path, dir: &Path, h: record::Holder, wait: Duration) -> bool {
     let start = std::time::Instant::now();
     let mut said = false;
+    let pid = h.pid;
     while record::alive(pid)
-        && (record::Record::find(store_dir, dir).is_some() || !record::serves_any(store_dir, pid))
+        && (record::Record::find(store_dir, dir).is_some()
+            || (!h.stays && !record::serves_any(store_dir, pid)))
     {
         if start.elapsed() >= wait {
             return record::Record::find(store_dir, dir).is_none();

@@ -10,6 +10,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Runs a command that must succeed; its stdout (not every test binary
+/// uses it).
+#[allow(unused_imports)]
+pub use super::postgres::run;
+
 /// A fresh, initialised store: (its tempdir, the store directory).
 pub fn new_store() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().expect("tempdir");
@@ -47,7 +52,7 @@ impl Mounted {
         args.extend_from_slice(extra);
         let out = ok(store, &args);
         let pid = mount_pid(&out);
-        let hosted = out.contains("serves its other mounts");
+        let hosted = out.contains("hosted by the process that holds the store");
         let log = match out.trim_end().rsplit_once("; log ") {
             Some((_, l)) => PathBuf::from(l.trim_end_matches(')')),
             None => PathBuf::new(),
@@ -255,19 +260,6 @@ pub fn require_tool(tool: &str) {
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(found, "this test needs `{tool}` on PATH; install it (scripts/test does)");
-}
-
-/// Runs a command, asserting success; returns stdout.
-pub fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?} did not start: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 pub fn cpath(p: &Path) -> CString {

@@ -6,101 +6,11 @@
 
 use crate::common::mount::{Mounted, new_store, run};
 use crate::common::ok;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use crate::common::postgres::{Postgres, initdb, pg_bin};
 use std::time::{Duration, Instant};
 
 const SCALE: u64 = 5;
 const LOAD_SECS: u64 = 15;
-
-/// The newest /usr/lib/postgresql/*/bin holding pg_ctl.
-fn pg_bin() -> PathBuf {
-    let versions = std::fs::read_dir("/usr/lib/postgresql").into_iter().flatten().flatten();
-    let newest = versions
-        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path().join("bin"))))
-        .filter(|(_, bin)| bin.join("pg_ctl").exists())
-        .max();
-    let found = newest.map(|(_, bin)| bin);
-    found.expect("this test needs PostgreSQL (/usr/lib/postgresql/*/bin); scripts/install-deps")
-}
-
-/// `program` run as the postgres user (PostgreSQL refuses root).
-fn as_postgres(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut c = Command::new("runuser");
-    c.args(["-u", "postgres", "--"]).arg(program);
-    c
-}
-
-fn chown_postgres(p: &Path) {
-    run(Command::new("chown").arg("postgres:postgres").arg(p));
-}
-
-/// A PostgreSQL server on a data directory, listening only on a socket in
-/// its own directory (which also holds its log); dropping it stops it.
-struct Postgres {
-    bin: PathBuf,
-    data: PathBuf,
-    dir: tempfile::TempDir,
-    running: bool,
-}
-
-impl Postgres {
-    fn start(bin: &Path, data: &Path) -> Postgres {
-        let dir = tempfile::tempdir().expect("tempdir");
-        chown_postgres(dir.path());
-        let mut pg = Postgres { bin: bin.into(), data: data.into(), dir, running: false };
-        let opts = format!("-c listen_addresses='' -k {} -p 5432", pg.dir.path().display());
-        run(pg.ctl().args(["start", "-w", "-t", "120", "-o", &opts, "-l"]).arg(pg.log_path()));
-        pg.running = true;
-        pg
-    }
-
-    /// `pg_ctl -D DATA`, run in the server's directory.
-    fn ctl(&self) -> Command {
-        let mut c = as_postgres(self.bin.join("pg_ctl"));
-        c.arg("-D").arg(&self.data).current_dir(self.dir.path());
-        c
-    }
-
-    /// `program` of this PostgreSQL, connected to this server.
-    fn client(&self, program: &str) -> Command {
-        let mut c = as_postgres(self.bin.join(program));
-        c.current_dir(self.dir.path()).arg("-h").arg(self.dir.path()).args(["-p", "5432"]);
-        c
-    }
-
-    /// One SQL statement's result: unaligned, `|`-separated, trimmed.
-    fn sql(&self, statement: &str) -> String {
-        let mut c = self.client("psql");
-        c.args(["-d", "postgres", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", statement]);
-        run(&mut c).trim().to_string()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("postgres.log")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-
-    fn stop(mut self) {
-        run(self.ctl().args(["stop", "-w", "-m", "fast"]));
-        self.running = false;
-        assert!(self.log().contains("database system is shut down"), "{}", self.log());
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- postgres log ({}) ---\n{}", self.data.display(), self.log());
-        }
-        if self.running {
-            let _ = self.ctl().args(["stop", "-w", "-m", "immediate"]).status();
-        }
-    }
-}
 
 /// Asserts the pgbench database is consistent; returns its history rows.
 fn check_consistent(pg: &Postgres) -> u64 {
@@ -134,11 +44,7 @@ fn postgres_snapshot_under_load_recovers_consistent() {
     let (_d, store) = new_store();
     let m = Mounted::new(&store, "pg", &["--checkpoint-every", "0"]);
     let data = m.path("data");
-    std::fs::create_dir(&data).unwrap();
-    chown_postgres(&data);
-    let mut initdb = as_postgres(bin.join("initdb"));
-    initdb.current_dir("/").args(["--data-checksums", "--no-locale", "-E", "UTF8", "-D"]);
-    run(initdb.arg(&data));
+    initdb(&bin, &data);
     let pg = Postgres::start(&bin, &data);
     run(pg.client("pgbench").args(["-i", "-q", "-s", &SCALE.to_string(), "postgres"]));
 

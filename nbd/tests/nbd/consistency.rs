@@ -14,7 +14,7 @@ pub(crate) const MIB: u64 = 1 << 20;
 pub(crate) const SUPER: u64 = 65536;
 const X_AT: u64 = 200 * MIB;
 
-fn forkfs_bin() -> PathBuf {
+pub(crate) fn forkfs_bin() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_forkfs-nbd")).with_file_name("forkfs")
 }
 

@@ -5,6 +5,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../../../tests/common/postgres.rs"]
+mod postgres;
 
 mod access;
 mod btrfs;
@@ -13,6 +15,7 @@ mod chaos;
 mod clients;
 mod consistency;
 mod consistency_clients;
+mod environment;
 mod errors;
 mod lifecycle;
 mod limits;

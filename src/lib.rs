@@ -72,8 +72,8 @@ pub use map::MapRoot;
 pub use objects::{OutboxStats, RemoteConfig};
 pub use progress::{Progress, Quiet};
 pub use records::{
-    Consistency, GroupRecord, GroupVersion, HeadRecord, Member, Origin, Policy, RollbackRecord,
-    VersionRecord, VolumeKind, VolumeRecord,
+    Consistency, GroupRecord, GroupVersion, HeadRecord, Member, Origin, Policy, PolicyChange,
+    RollbackRecord, VersionRecord, VolumeKind, VolumeRecord,
 };
 pub use store::{CONFIG_FILE, DEFAULT_BLOCK_SIZE, Store, StoreConfig, Synced};
 pub use sync::view::View as SharedView;

@@ -88,20 +88,18 @@ impl Store {
         let _session = chunks.write_session();
         let (mut new, mut known) = (0u64, 0u64);
         let c = read_all(&mut r, progress, &mut |id, plain| {
-            match chunks.contains(&id)? {
-                true => known += 1,
-                false => new += 1,
-            }
             // Even a chunk the store has: a put is what a running GC tracks,
             // so the chunk cannot be swept before the versions name it.
-            chunks.put_with_id(id, &plain)
+            match chunks.put_with_id(id, &plain)? {
+                true => new += 1,
+                false => known += 1,
+            }
+            Ok(())
         })?;
         chunks.flush()?;
         self.check_complete(&c.versions, progress)?;
         // What could still refuse the import is checked before anything is made.
-        if let Some(p) = &shape.retention
-            && (p.unit_ms == 0 || p.per_bucket == 0)
-        {
+        if shape.retention.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(Error::corrupt("the bundle is damaged: its volume's retention is invalid"));
         }
         for (n, _) in &c.names {

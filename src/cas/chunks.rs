@@ -218,8 +218,9 @@ impl ChunkStore {
         Ok(id)
     }
 
-    /// Like [`ChunkStore::put`] for a caller that already hashed the data.
-    pub fn put_with_id(&self, id: ChunkId, data: &[u8]) -> Result<()> {
+    /// Like [`ChunkStore::put`] for a caller that already hashed the data;
+    /// whether the chunk was new to the store (false: deduplicated).
+    pub fn put_with_id(&self, id: ChunkId, data: &[u8]) -> Result<bool> {
         let exists = if self.gc.active.load(Ordering::SeqCst) {
             // Under the lock a GC sweeps under: either it sees this id, or
             // this put sees the chunk gone and stores it again.
@@ -231,7 +232,7 @@ impl ChunkStore {
         };
         if exists {
             self.stats.chunks_deduped.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(false);
         }
         let plain_len =
             u32::try_from(data.len()).map_err(|_| Error::invalid("chunk over 4 GiB"))?;
@@ -239,7 +240,7 @@ impl ChunkStore {
         let full = {
             let mut open = self.open.lock();
             if open.contains(&id) {
-                return Ok(());
+                return Ok(false);
             }
             open.add(id, plain_len, codec, &stored);
             (open.len_bytes() >= self.config.pack_target).then(|| std::mem::take(&mut *open))
@@ -250,7 +251,7 @@ impl ChunkStore {
         if let Some(writer) = full {
             self.submit(writer)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Seals a pack and queues it for upload; it stays readable meanwhile.

@@ -3,7 +3,7 @@
 use super::Global;
 use super::output::{age, bytes, parse_size, print_json};
 use forkfs::service::{QuotaReport, Request};
-use forkfs::{Consistency, VolumeKind, VolumeRecord};
+use forkfs::{Consistency, PolicyChange, VolumeKind, VolumeRecord};
 
 #[derive(clap::Subcommand)]
 pub enum Cmd {
@@ -133,31 +133,27 @@ pub fn run(g: &Global, c: Cmd) -> anyhow::Result<()> {
             println!("deleted volume {name}");
         }
         Cmd::Retention { name, keep_recent, unit, per_bucket, auto_prune, default } => {
-            let show = Request::Consistency { volume: name.clone(), mode: None };
-            let rec: VolumeRecord = g.call(&show)?;
-            let changed = keep_recent.is_some()
-                || unit.is_some()
-                || per_bucket.is_some()
-                || auto_prune.is_some()
-                || default;
-            let rec = if changed {
-                let mut p = rec.retention.clone().unwrap_or_default();
-                p.keep_recent = keep_recent.unwrap_or(p.keep_recent);
-                if let Some(u) = unit.as_deref() {
+            let unit_ms = match unit.as_deref() {
+                Some(u) => {
                     let d = humantime::parse_duration(u)
                         .map_err(|e| forkfs::Error::invalid(format!("bad age {u:?}: {e}")))?;
-                    p.unit_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                    Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 }
-                p.per_bucket = per_bucket.unwrap_or(p.per_bucket);
-                let auto = auto_prune.map_or(rec.auto_prune, |a| a == "on");
-                let req = Request::Retention {
-                    volume: name.clone(),
-                    policy: (!default).then_some(p),
-                    auto_prune: auto,
-                };
-                g.call(&req)?
+                None => None,
+            };
+            let change = PolicyChange {
+                keep_recent,
+                unit_ms,
+                per_bucket,
+                auto_prune: auto_prune.map(|a| a == "on"),
+                default,
+            };
+            // Merged where the record changes: one round trip, and two
+            // changes of different fields at once both hold.
+            let rec: VolumeRecord = if change.is_empty() {
+                g.call(&Request::Consistency { volume: name.clone(), mode: None })?
             } else {
-                rec
+                g.call(&Request::Retention { volume: name.clone(), change })?
             };
             let p = rec.retention.clone().unwrap_or_default();
             if g.json {

@@ -195,8 +195,8 @@ impl Graph {
         }
         let tip = out.added.last().filter(|_| state.base == common);
         // Access times alone do not hold the head back: the tree they
-        // were recorded in is being replaced. A clean head has allocated
-        // no inode number since `common`, so the tip's own count holds.
+        // were recorded in is being replaced (its inode counter carries
+        // over, as in a restore).
         let new_head = match tip {
             // Unsealed writes of a deferred (btrfs-mode) head belong to the
             // tree in place: such a head stays, as one with changes does.
@@ -224,28 +224,17 @@ impl Graph {
             out.named.push(name.clone());
         }
         db.put_json(&mut b, &keys::head(rec.id), &new_head)?;
-        // As a restore: inode numbers a mount may know never name another
-        // file (the counter kept is bookkeeping, not a change).
-        let counter = match (out.head_moved, rec.kind) {
-            (true, crate::records::VolumeKind::Fs) => {
-                Some(crate::head::fs::restored_meta(&head, new_head.root)?)
-            }
-            _ => None,
+        // The head moves to the tip as a restore moves it.
+        let root = new_head.root;
+        let counter_only = if out.head_moved {
+            Some(super::restore::stage_new_tree(&head, root, &mut b)?)
+        } else {
+            None
         };
-        if out.head_moved {
-            head.overlay().clear(&mut b);
-        }
-        if let Some(m) = &counter {
-            let meta = crate::head::fs::inode::META_KEY;
-            let value = crate::head::overlay::Dirty::Value(m.clone());
-            head.overlay().put(&mut b, crate::head::overlay::Space::Root, 0, meta, &value);
-        }
         db.write(b, true)?;
         head.set_state(new_head);
-        if out.head_moved {
-            head.overlay().cleared();
-            head.accessed_only.store(counter.is_some(), std::sync::atomic::Ordering::Release);
-            head.reload_zeroed()?;
+        if let Some(counter_only) = counter_only {
+            super::restore::enter_new_tree(&head, counter_only)?;
         }
         self.volumes.committed();
         tracing::info!(

@@ -85,12 +85,6 @@ impl Graph {
             true,
         )?;
         let new_head = HeadRecord { base: Some(to.id), root: to.root, next_seq: pre.seq + 1 };
-        // Inode numbers never go back: one the kernel or an open file still
-        // knows must not name a different file after the restore.
-        let fs_meta = match rec.kind {
-            VolumeKind::Fs => Some(crate::head::fs::restored_meta(head, to.root)?),
-            VolumeKind::Block => None,
-        };
         // Unsealed writes of a deferred head belong to the tree being replaced.
         let dropped = match head.as_block() {
             Some(b) => b.discard_pending()?,
@@ -102,22 +96,45 @@ impl Graph {
         self.volumes.put_head_object(rec.id, &new_head)?;
         let mut b = Batch::default();
         self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
-        head.overlay().clear(&mut b);
-        // The inode counter kept is bookkeeping, not a change: the head is
-        // the version's state, and takes no automatic version for it.
-        let counter_only = fs_meta.is_some();
-        if let Some(m) = fs_meta {
-            head.overlay().put(&mut b, Space::Root, 0, META_KEY, &Dirty::Value(m));
-        }
+        let counter_only = stage_new_tree(head, to.root, &mut b)?;
         self.db().write(b, true)?;
         self.volumes.committed();
-        head.overlay().cleared();
-        head.accessed_only.store(counter_only, std::sync::atomic::Ordering::Release);
         head.set_state(new_head);
-        head.reload_zeroed()?;
+        enter_new_tree(head, counter_only)?;
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");
         Ok(pre)
     }
+}
+
+/// Stages in `b` the overlay of a head whose tree becomes `root` (a
+/// restore; a bundle's tip adopted): every staged change dropped but, for
+/// an fs volume, its inode counter, since inode numbers never go back (one
+/// the kernel or an open file still knows must not name another file).
+/// That counter is bookkeeping, not a change: whether it is all that is
+/// left staged (the head then takes no automatic version for it).
+pub(super) fn stage_new_tree(
+    head: &Head,
+    root: crate::map::MapRoot,
+    b: &mut Batch,
+) -> Result<bool> {
+    let counter = match head.record().kind {
+        VolumeKind::Fs => Some(crate::head::fs::restored_meta(head, root)?),
+        VolumeKind::Block => None,
+    };
+    head.overlay().clear(b);
+    let counter_only = counter.is_some();
+    if let Some(m) = counter {
+        head.overlay().put(b, Space::Root, 0, META_KEY, &Dirty::Value(m));
+    }
+    Ok(counter_only)
+}
+
+/// Once the batch of [`stage_new_tree`] is written and the head's record
+/// set: the head reads its new tree.
+pub(super) fn enter_new_tree(head: &Head, counter_only: bool) -> Result<()> {
+    head.overlay().cleared();
+    head.accessed_only.store(counter_only, std::sync::atomic::Ordering::Release);
+    head.reload_zeroed()
 }
 
 /// Whether version `to` can be the state of `head`'s volume.

@@ -8,7 +8,7 @@ use crate::head::{BlockHead, FsHead, Head, Storage};
 use crate::id::{VersionId, VolumeId, VolumeName};
 use crate::objects::keys as objects;
 use crate::records::{
-    Consistency, HeadRecord, Policy, RECORD_FORMAT, VolumeKind, VolumeRecord, keys,
+    Consistency, HeadRecord, Policy, PolicyChange, RECORD_FORMAT, VolumeKind, VolumeRecord, keys,
 };
 use crate::sync::Remote;
 use parking_lot::Mutex;
@@ -410,6 +410,18 @@ impl Volumes {
         Ok((rec, used))
     }
 
+    /// Changes a volume's retention policy and auto-pruning, each field
+    /// given (see [`PolicyChange`]), under the record's lock.
+    pub fn change_retention(&self, volume: &str, change: &PolicyChange) -> Result<VolumeRecord> {
+        self.update(volume, |rec| {
+            let policy = change.apply(rec.retention.as_ref());
+            check_policy(policy.as_ref())?;
+            rec.retention = policy;
+            rec.auto_prune = change.auto_prune.unwrap_or(rec.auto_prune);
+            Ok(())
+        })
+    }
+
     /// Sets a volume's retention policy (`None`: the default) and whether
     /// automatic checkpoints prune.
     pub fn set_retention(
@@ -418,17 +430,20 @@ impl Volumes {
         policy: Option<Policy>,
         auto_prune: bool,
     ) -> Result<VolumeRecord> {
-        if let Some(p) = &policy
-            && (p.unit_ms == 0 || p.per_bucket == 0)
-        {
-            return Err(Error::invalid("retention unit and per-bucket count must be positive"));
-        }
+        check_policy(policy.as_ref())?;
         self.update(volume, |rec| {
             rec.retention = policy;
             rec.auto_prune = auto_prune;
             Ok(())
         })
     }
+}
+
+fn check_policy(policy: Option<&Policy>) -> Result<()> {
+    if policy.is_some_and(|p| !p.is_valid()) {
+        return Err(Error::invalid("retention unit and per-bucket count must be positive"));
+    }
+    Ok(())
 }
 
 /// Refuses a quota where there can be none: on a block volume (its size

@@ -20,7 +20,7 @@ pub mod volume;
 
 pub use consistency::Consistency;
 pub use group::{GroupRecord, GroupVersion, Member};
-pub use retention::Policy;
+pub use retention::{Policy, PolicyChange};
 pub use rollback::RollbackRecord;
 pub use version::{Origin, VersionRecord};
 pub use volume::{HeadRecord, VolumeKind, VolumeRecord};

@@ -21,6 +21,50 @@ pub struct Policy {
     pub per_bucket: usize,
 }
 
+impl Policy {
+    /// Whether the policy can thin anything: a unit and a per-bucket count
+    /// of 0 would not.
+    pub fn is_valid(&self) -> bool {
+        self.unit_ms > 0 && self.per_bucket > 0
+    }
+}
+
+/// A change to a volume's retention, applied to its record where the
+/// record is changed (so two changes of different fields both hold): each
+/// field given replaces the policy's (the default's, for a volume without
+/// one of its own); `default` goes back to the default policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PolicyChange {
+    pub keep_recent: Option<usize>,
+    pub unit_ms: Option<u64>,
+    pub per_bucket: Option<usize>,
+    pub auto_prune: Option<bool>,
+    pub default: bool,
+}
+
+impl PolicyChange {
+    pub fn is_empty(&self) -> bool {
+        *self == PolicyChange::default()
+    }
+
+    /// The policy (`None`: the default) `policy` becomes.
+    pub fn apply(&self, policy: Option<&Policy>) -> Option<Policy> {
+        if self.default {
+            return None;
+        }
+        let changes =
+            self.keep_recent.is_some() || self.unit_ms.is_some() || self.per_bucket.is_some();
+        if !changes {
+            return policy.cloned();
+        }
+        let mut p = policy.cloned().unwrap_or_default();
+        p.keep_recent = self.keep_recent.unwrap_or(p.keep_recent);
+        p.unit_ms = self.unit_ms.unwrap_or(p.unit_ms);
+        p.per_bucket = self.per_bucket.unwrap_or(p.per_bucket);
+        Some(p)
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Policy { keep_recent: 16, unit_ms: 60_000, per_bucket: 1 }
@@ -65,6 +109,26 @@ pub fn bound(policy: &Policy, max_age_ms: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_change_replaces_only_the_fields_it_gives() {
+        let mine = Policy { keep_recent: 3, unit_ms: 5_000, per_bucket: 2 };
+        let keep = PolicyChange { keep_recent: Some(9), ..Default::default() };
+        let unit = PolicyChange { unit_ms: Some(1_000), ..Default::default() };
+        // Two changes of different fields, one after the other: both hold.
+        let both = unit.apply(keep.apply(Some(&mine)).as_ref()).unwrap();
+        assert_eq!(both, Policy { keep_recent: 9, unit_ms: 1_000, per_bucket: 2 });
+        // Onto the default, for a volume without a policy of its own.
+        let d = Policy::default();
+        assert_eq!(keep.apply(None).unwrap(), Policy { keep_recent: 9, ..d });
+        // Auto-pruning alone leaves the policy, default or not.
+        let auto = PolicyChange { auto_prune: Some(true), ..Default::default() };
+        assert_eq!(auto.apply(None), None);
+        assert_eq!(auto.apply(Some(&mine)), Some(mine.clone()));
+        assert!(!auto.is_empty() && PolicyChange::default().is_empty());
+        let default = PolicyChange { default: true, ..Default::default() };
+        assert_eq!(default.apply(Some(&mine)), None);
+    }
 
     fn c(n: u8, t: u64) -> Candidate {
         Candidate { id: VersionId([n; 16]), created_at_ms: t }

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::graph::{SnapshotOptions, Target};
 use crate::maint::{CheckOptions, GcOptions};
 use crate::progress::Progress;
-use crate::records::{Consistency, Policy, VolumeKind};
+use crate::records::{Consistency, Policy, PolicyChange, VolumeKind};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -116,11 +116,10 @@ pub enum Request {
     DeleteVolume {
         name: String,
     },
-    /// Sets a volume's retention (`None`: the default) and auto-pruning.
+    /// Changes a volume's retention and auto-pruning (the fields given).
     Retention {
         volume: String,
-        policy: Option<Policy>,
-        auto_prune: bool,
+        change: PolicyChange,
     },
     /// Volume groups (see [`GroupRequest`]).
     Group {
@@ -309,8 +308,8 @@ pub fn execute(
             volumes.delete(name)?;
             serde_json::Value::Null
         }
-        Request::Retention { volume, policy, auto_prune } => {
-            serde_json::to_value(volumes.set_retention(volume, policy.clone(), *auto_prune)?)?
+        Request::Retention { volume, change } => {
+            serde_json::to_value(volumes.change_retention(volume, change)?)?
         }
         Request::Extension { name, args } => match extensions.get(name) {
             Some(handler) => handler(args)?,

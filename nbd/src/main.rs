@@ -1,6 +1,7 @@
 //! `forkfs-nbd`: serves forkfs block volumes over the NBD protocol.
 
 mod admit;
+mod buffers;
 mod changed;
 mod export;
 mod exports;

@@ -48,7 +48,7 @@ enum Outcome {
 }
 
 /// A reply ready to write, and the memory it holds until written.
-type Frame = (Vec<u8>, Charge);
+type Frame = (encode::Reply, Charge);
 
 /// Serves one connection from `peer` (which says what client it is part
 /// of, see `persist/clients.rs`) until it ends.
@@ -94,8 +94,9 @@ where
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
     let mut writer = tokio::spawn(async move {
         while let Some((frame, charge)) = rx.recv().await {
-            wr.write_all(&frame).await?;
-            drop((frame, charge));
+            frame.write_to(&mut wr).await?;
+            drop(charge);
+            crate::buffers::BUFFERS.give(frame.into_data());
         }
         wr.flush().await?;
         Ok::<_, std::io::Error>(wr)

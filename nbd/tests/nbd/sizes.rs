@@ -115,3 +115,37 @@ fn listening_beyond_loopback_needs_insecure_listen() {
     assert_eq!(size.trim(), MIB.to_string());
     assert!(srv.stop().success());
 }
+
+/// READ buffers are reused (`buffers.rs`): a READ of a hole right after a
+/// READ of data, same size, same connection, must still be all zeros, with
+/// simple replies (the buffer sent as it is) and structured ones (which a
+/// leftover byte would turn from a hole into data), over several sizes.
+#[test]
+fn a_reused_read_buffer_never_shows_an_earlier_reads_bytes() {
+    let srv = Server::start(&[("disk", 16 * MIB)]);
+    let mut s = UnixStream::connect(&srv.sock).unwrap();
+    attach(&mut s, "disk");
+    let data = vec![0xa5u8; 2 * MIB as usize];
+    s.write_all(&request(1, 1, 0, data.len() as u32)).unwrap();
+    s.write_all(&data).unwrap();
+    assert_eq!(simple_reply(&mut s), (0, 1));
+    let mut cookie = 2;
+    for len in [4096u32, 65536, 65536 + 512, MIB as u32, 2 * MIB as u32] {
+        let mut got = vec![0u8; len as usize];
+        s.write_all(&request(0, cookie, 0, len)).unwrap();
+        assert_eq!(simple_reply(&mut s), (0, cookie));
+        s.read_exact(&mut got).unwrap();
+        assert!(got.iter().all(|b| *b == 0xa5), "the data read back at {len}");
+        // The hole, with the buffer the data was just read into.
+        s.write_all(&request(0, cookie + 1, 8 * MIB, len)).unwrap();
+        assert_eq!(simple_reply(&mut s), (0, cookie + 1));
+        s.read_exact(&mut got).unwrap();
+        assert!(got.iter().all(|b| *b == 0), "a {len}-byte hole shows earlier bytes");
+        cookie += 2;
+    }
+    let script = "h.pwrite(b'\\x5a' * 1048576, 0)\n\
+                  assert h.pread(1048576, 0) == b'\\x5a' * 1048576\n\
+                  assert h.pread(1048576, 8 << 20) == bytes(1048576)\n\
+                  print('ok')";
+    assert_eq!(nbdsh(&srv.uri("disk"), script).trim(), "ok", "{}", srv.log());
+}

@@ -15,7 +15,7 @@ pub mod node;
 #[cfg(test)]
 mod tests;
 
-use node::{Node, byte_at, span_mask};
+use node::{Node, Step, byte_at, span_mask};
 
 use crate::cas::ChunkStore;
 use crate::error::Result;
@@ -64,21 +64,10 @@ impl<'a, S: NodeStore + ?Sized> Map<'a, S> {
     pub fn get(&self, root: MapRoot, key: u64) -> Result<Option<Bytes>> {
         let mut cur = root;
         while let Some(id) = cur {
-            let node = self.load(&id)?;
-            if !node.covers(key) {
-                return Ok(None);
-            }
-            let b = byte_at(key, node.level());
-            match node {
-                Node::Leaf { entries, .. } => {
-                    return Ok(entries
-                        .binary_search_by_key(&b, |e| e.0)
-                        .ok()
-                        .map(|i| entries[i].1.clone()));
-                }
-                Node::Inner { children, .. } => {
-                    cur = children.binary_search_by_key(&b, |e| e.0).ok().map(|i| children[i].1);
-                }
+            // Read in place: a lookup decodes no node.
+            match Node::step(&self.store.get_node(&id)?, key)? {
+                Step::Value(v) => return Ok(v),
+                Step::Child(c) => cur = Some(c),
             }
         }
         Ok(None)

@@ -60,6 +60,7 @@ pub use graph::{
     SnapshotOptions, Target, Volumes,
 };
 pub use head::block::merge_range;
+pub use head::blockmap::Piece;
 /// How many unflushed rewrites of one block a power loss can take and still
 /// leave it readable as its last durable content (see `head/prior.rs`).
 pub use head::prior::MAX_CHAIN as MAX_PRIOR_CHAIN;

@@ -147,13 +147,13 @@ impl Export {
         self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
-    pub fn read(&self, offset: u64, len: u32) -> forkfs::Result<Vec<u8>> {
-        // Every byte is overwritten (see `buffers.rs`).
-        let mut buf = crate::buffers::BUFFERS.take(len as usize);
-        self.backing.read_at(offset, &mut buf)?;
+    /// The bytes at `offset`, as pieces shared with the store's caches
+    /// (the reply writes them from there).
+    pub fn read(&self, offset: u64, len: u32) -> forkfs::Result<Vec<forkfs::Piece>> {
+        let pieces = self.backing.read_pieces(offset, u64::from(len))?;
         Counters::add(&self.counters.reads, 1);
         Counters::add(&self.counters.bytes_read, len as u64);
-        Ok(buf)
+        Ok(pieces)
     }
 
     fn head(&self) -> forkfs::Result<&BlockHead> {

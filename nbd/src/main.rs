@@ -1,7 +1,6 @@
 //! `forkfs-nbd`: serves forkfs block volumes over the NBD protocol.
 
 mod admit;
-mod buffers;
 mod changed;
 mod export;
 mod exports;
@@ -304,7 +303,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         exit_when_idle,
         busy: {
             let m = mounts.clone();
-            Arc::new(move || !m.mount_points().is_empty())
+            Arc::new(move || m.is_busy())
         },
         peers: peers::Peers { uids: allow_uid, gids: allow_gid },
         metrics,
@@ -318,8 +317,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .thread_name("forkfs-nbd")
         .build()?;
-    let hosted = mounts.clone();
-    rt.block_on(async move {
+    let (hosted, closing) = (mounts.clone(), mounts.clone());
+    let served = rt.block_on(async move {
         // Installed before anything listens: a SIGTERM that arrives as soon
         // as the socket answers must still mean a graceful stop.
         use tokio::signal::unix::{SignalKind, signal};
@@ -330,6 +329,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 _ = term.recv() => tracing::info!("SIGTERM"),
                 _ = int.recv() => tracing::info!("SIGINT"),
             }
+            // No new hosted mount while the connections drain.
+            closing.close();
             // The stop is bounded: a second signal or the stop timeout
             // ends the process now.
             tokio::spawn(async move {
@@ -350,16 +351,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             });
         };
         server::run(exports, cfg, shutdown).await
-    })?;
+    });
     // Mounts hosted for `forkfs mount` end too, each with its last
-    // checkpoint (the stop timeout above still bounds the wait).
-    if !mounts.mount_points().is_empty() {
+    // checkpoint, however the server ended (a failed final flush, an idle
+    // exit); within the stop timeout, else detached.
+    mounts.close();
+    if mounts.is_busy() {
         tracing::info!("unmounting hosted mounts");
     }
     mounts.unmount_all();
-    if let Some(e) = mounts.wait() {
+    if !mounts.wait_for(stop_timeout) {
+        tracing::error!("hosted mounts did not end within --stop-timeout: detaching them");
+        mounts.detach_all();
+        mounts.wait_for(Duration::from_secs(5));
+    }
+    if let Some(e) = mounts.wait_for(Duration::ZERO).then(|| mounts.wait()).flatten() {
         tracing::error!(error = %e, "a hosted mount ended with an error");
     }
+    served?;
     tracing::info!("stopped");
     Ok(())
 }

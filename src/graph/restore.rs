@@ -85,6 +85,9 @@ impl Graph {
             true,
         )?;
         let new_head = HeadRecord { base: Some(to.id), root: to.root, next_seq: pre.seq + 1 };
+        // Staged first: what can fail here fails before anything changes.
+        let mut b = Batch::default();
+        let counter_only = stage_new_tree(head, to.root, &mut b)?;
         // Unsealed writes of a deferred head belong to the tree being replaced.
         let dropped = match head.as_block() {
             Some(b) => b.discard_pending()?,
@@ -94,9 +97,7 @@ impl Graph {
             tracing::info!(volume = %rec.name, bytes = dropped.bytes, "restore dropped unsealed writes");
         }
         self.volumes.put_head_object(rec.id, &new_head)?;
-        let mut b = Batch::default();
         self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
-        let counter_only = stage_new_tree(head, to.root, &mut b)?;
         self.db().write(b, true)?;
         self.volumes.committed();
         head.set_state(new_head);

@@ -10,6 +10,28 @@ use crate::map::{Map, MapRoot};
 use bytes::Bytes;
 use rocksdb::WriteBatch;
 
+/// A piece of a read ([`BlockMap::read_pieces`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Bytes, shared with the caches where they came from.
+    Bytes(Bytes),
+    /// This many zero bytes (a hole).
+    Zeros(usize),
+}
+
+impl Piece {
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(b) => b.len(),
+            Piece::Zeros(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// One block map seen through a view: `(space, owner)` names its overlay
 /// group and `base` its committed root.
 pub struct BlockMap<'a> {
@@ -50,6 +72,43 @@ impl BlockMap<'_> {
     /// chunk; `None` is a hole.
     pub fn entry(&self, idx: u64) -> Result<Option<Found>> {
         self.view.lookup(self.space, self.owner, idx, self.base)
+    }
+
+    /// Reads `len` bytes from byte `offset` as pieces, one per block
+    /// touched, in order, without copying what the store holds in memory:
+    /// a block's bytes are shared with the chunk cache (or with the data
+    /// log's read of a whole block), holes are counted, not written. A
+    /// part of a block this process logged is read into a buffer of its
+    /// own size, as [`BlockMap::read`] reads it.
+    pub fn read_pieces(&self, offset: u64, len: u64) -> Result<Vec<Piece>> {
+        let bs = self.block_size;
+        let mut out = Vec::with_capacity(len.div_ceil(bs) as usize + 1);
+        let mut done = 0u64;
+        while done < len {
+            let pos = offset + done;
+            let (idx, within) = (pos / bs, pos % bs);
+            let n = (bs - within).min(len - done);
+            let at = (self.space, self.owner, idx, self.base);
+            let entry = if n == bs {
+                self.view.lookup(at.0, at.1, at.2, at.3)?
+            } else {
+                let mut part = vec![0u8; n as usize];
+                match self.view.lookup_part(at.0, at.1, at.2, at.3, (within, &mut part))? {
+                    Part::Filled => {
+                        out.push(Piece::Bytes(Bytes::from(part)));
+                        done += n;
+                        continue;
+                    }
+                    Part::Found(f) => f,
+                }
+            };
+            out.push(match self.resolve(idx, entry)? {
+                Some(data) => Piece::Bytes(data.slice(within as usize..(within + n) as usize)),
+                None => Piece::Zeros(n as usize),
+            });
+            done += n;
+        }
+        Ok(out)
     }
 
     /// Fills `buf` from byte `offset`; holes read as zeros.

@@ -10,7 +10,7 @@
 //! closes it, since GC and the absorption of other hosts' GC mark from
 //! these roots too (`graph::reach::roots_with_readers`).
 
-use super::blockmap::BlockMap;
+use super::blockmap::{BlockMap, Piece};
 use super::fs::FsReader;
 use super::overlay::Space;
 use super::{BlockHead, FsHead, View};
@@ -99,6 +99,15 @@ impl Frozen {
         map.read(offset, buf)
     }
 
+    /// [`FrozenReader::read_at`] as pieces ([`BlockMap::read_pieces`]).
+    pub fn read_pieces(&self, offset: u64, len: u64) -> Result<Vec<Piece>> {
+        let map = self.block_map()?;
+        if offset.checked_add(len).is_none_or(|e| e > self.record.size) {
+            return Err(Error::new(ErrorKind::NoSpace, "read beyond the end of the version"));
+        }
+        map.read_pieces(offset, len)
+    }
+
     /// Block indexes in `first..=last` of a block volume's version that
     /// hold data, in order.
     pub fn allocated_blocks_in(&self, first: u64, last: u64) -> Result<Vec<u64>> {
@@ -148,6 +157,15 @@ impl Opened<BlockHead> {
         match self {
             Opened::Live(h) => h.read_at(offset, buf),
             Opened::Version(v) => v.read_at(offset, buf),
+        }
+    }
+
+    /// Reads `len` bytes at `offset` as pieces, sharing what is in memory
+    /// ([`BlockMap::read_pieces`]).
+    pub fn read_pieces(&self, offset: u64, len: u64) -> Result<Vec<Piece>> {
+        match self {
+            Opened::Live(h) => h.read_pieces(offset, len),
+            Opened::Version(v) => v.read_pieces(offset, len),
         }
     }
 

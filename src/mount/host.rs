@@ -232,7 +232,18 @@ impl Host {
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
         // A version never changes: only a live mount needs the hook.
         let hook = ws.is_live().then(|| self.watch_restores(&ws, vol, session.notifier()));
-        self.state.lock().unmounters.push((req.dir.clone(), session.unmount_callable()));
+        {
+            let mut st = self.state.lock();
+            st.unmounters.push((req.dir.clone(), session.unmount_callable()));
+            // The process began to stop while this mount started: it ends
+            // at once (with its last checkpoint), as the others do.
+            if st.closing
+                && let Some((dir, u)) = st.unmounters.last_mut()
+                && let Err(e) = u.unmount()
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "unmount failed");
+            }
+        }
         let live = ws.is_live();
         let (host, req, vol) = (self.clone(), req.clone(), vol.to_string());
         std::thread::Builder::new().name(format!("forkfs-mount-{vol}")).spawn(move || {
@@ -321,6 +332,29 @@ impl Host {
                 tracing::error!(dir = %dir.display(), error = %e, "cannot detach");
             }
         }
+    }
+
+    /// Refuses new mounts from now on (the process is stopping); a mount
+    /// still starting ends as soon as it has started.
+    pub fn close(&self) {
+        self.state.lock().closing = true;
+    }
+
+    /// Whether a mount is running or starting.
+    pub fn is_busy(&self) -> bool {
+        self.state.lock().running > 0
+    }
+
+    /// Waits up to `limit` for every mount to end; whether they did.
+    pub fn wait_for(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        let mut st = self.state.lock();
+        while st.running > 0 {
+            if self.ended.wait_until(&mut st, deadline).timed_out() {
+                return st.running == 0;
+            }
+        }
+        true
     }
 
     /// Waits until no mount is running (at once if none ever started), and

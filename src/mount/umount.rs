@@ -18,8 +18,9 @@ pub struct UmountArgs {
     #[arg(long)]
     pub lazy: bool,
     /// Unmount even if busy (detached at once) and stop the mount's
-    /// process unless it serves other mounts: its users get errors from
-    /// then on, writes fsynced are kept, writes not yet fsynced are lost
+    /// process unless it serves other mounts or is forkfs-nbd: its users
+    /// get errors from then on, writes fsynced are kept, writes not yet
+    /// fsynced are lost
     #[arg(long, conflicts_with = "lazy")]
     pub force: bool,
 }

@@ -70,14 +70,38 @@ struct Model {
     versions: Vec<(VersionId, String, Vec<u8>)>,
 }
 
+/// The whole volume, read into a buffer; and read again as pieces over
+/// unaligned spans (the NBD server's path), which must agree.
 fn read_all(store: &Store, t: &Target) -> Vec<u8> {
     let mut buf = vec![0u8; SIZE];
+    // (offset, length): unaligned, covering every byte once.
+    let end = SIZE as u64;
+    let spans = [(0, 4097), (4097, 95_906), (100_003, end - 100_004), (end - 1, 1)];
+    let mut pieces = Vec::new();
     match t {
         Target::Head(v) => {
-            store.volumes().open_block(v.name.as_str()).unwrap().read_at(0, &mut buf).unwrap()
+            let head = store.volumes().open_block(v.name.as_str()).unwrap();
+            head.read_at(0, &mut buf).unwrap();
+            for (at, len) in spans {
+                pieces.extend(head.read_pieces(at, len).unwrap());
+            }
         }
-        Target::Version(v) => store.graph().frozen(v).unwrap().read_at(0, &mut buf).unwrap(),
+        Target::Version(v) => {
+            let frozen = store.graph().frozen(v).unwrap();
+            frozen.read_at(0, &mut buf).unwrap();
+            for (at, len) in spans {
+                pieces.extend(frozen.read_pieces(at, len).unwrap());
+            }
+        }
     }
+    let mut joined = Vec::with_capacity(SIZE);
+    for p in pieces {
+        match p {
+            forkfs::Piece::Bytes(b) => joined.extend_from_slice(&b),
+            forkfs::Piece::Zeros(n) => joined.resize(joined.len() + n, 0),
+        }
+    }
+    assert!(joined == buf, "read as pieces, {t:?} differs from its plain read");
     buf
 }
 

@@ -4,16 +4,17 @@
 use super::{Frame, Outcome};
 use crate::limits::Charge;
 use crate::proto::{self, CmdFlags, Command, Errno, Request};
+use forkfs::Piece;
 use std::io::IoSlice;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-/// A reply for the socket: its encoded headers and, between them, ranges
-/// of a read's data, written from where the data lies (never copied after
-/// the headers: a read is copied once, into the socket).
+/// A reply for the socket: its encoded headers and, between them, a
+/// read's pieces, written from where they lie (the store's chunk cache;
+/// holes from one page of zeros), so a read's bytes are copied once, into
+/// the socket.
 pub(super) struct Reply {
     head: Vec<u8>,
-    data: Vec<u8>,
     parts: Vec<Part>,
     /// How much of `head` is in `parts` already.
     sealed: usize,
@@ -21,17 +22,20 @@ pub(super) struct Reply {
 
 enum Part {
     Head(usize, usize),
-    Data(usize, usize),
+    Data(Piece),
 }
 
+/// What holes are written from.
+static ZEROS: [u8; 65536] = [0; 65536];
+
 impl Reply {
-    fn new(data: Vec<u8>) -> Reply {
-        Reply { head: Vec::new(), data, parts: Vec::new(), sealed: 0 }
+    fn new() -> Reply {
+        Reply { head: Vec::new(), parts: Vec::new(), sealed: 0 }
     }
 
     /// A reply of headers only.
     fn of_head(head: Vec<u8>) -> Reply {
-        Reply { head, ..Reply::new(Vec::new()) }.finish()
+        Reply { head, ..Reply::new() }.finish()
     }
 
     /// The headers appended since the last part become the next part.
@@ -42,11 +46,11 @@ impl Reply {
         }
     }
 
-    /// `data[a..b]` goes next, after the headers appended so far.
-    fn push_data(&mut self, a: usize, b: usize) {
+    /// `piece` goes next, after the headers appended so far.
+    fn push_data(&mut self, piece: &Piece) {
         self.close_head();
-        if b > a {
-            self.parts.push(Part::Data(a, b));
+        if !piece.is_empty() {
+            self.parts.push(Part::Data(piece.clone()));
         }
     }
 
@@ -55,17 +59,23 @@ impl Reply {
         self
     }
 
-    /// The read's buffer, for reuse (`buffers.rs`).
-    pub(super) fn into_data(self) -> Vec<u8> {
-        self.data
-    }
-
     fn pieces(&self) -> Vec<&[u8]> {
-        let piece = |p: &Part| match *p {
-            Part::Head(a, b) => &self.head[a..b],
-            Part::Data(a, b) => &self.data[a..b],
-        };
-        self.parts.iter().map(piece).collect()
+        let mut out = Vec::with_capacity(self.parts.len());
+        for p in &self.parts {
+            match p {
+                Part::Head(a, b) => out.push(&self.head[*a..*b]),
+                Part::Data(Piece::Bytes(b)) => out.push(&b[..]),
+                Part::Data(Piece::Zeros(n)) => {
+                    let mut left = *n;
+                    while left > 0 {
+                        let k = left.min(ZEROS.len());
+                        out.push(&ZEROS[..k]);
+                        left -= k;
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Writes the whole reply, in as few (vectored) writes as the socket
@@ -96,20 +106,21 @@ impl Reply {
 }
 
 /// Encodes a successful outcome as a simple or structured reply.
-pub(super) fn encode(req: &Request, structured: bool, out: Outcome, block_size: u32) -> Reply {
+pub(super) fn encode(req: &Request, structured: bool, out: Outcome) -> Reply {
     let mut buf = Vec::new();
     match out {
-        Outcome::Data(data) if structured => {
+        Outcome::Data(pieces) if structured => {
             let df = req.flags.contains(CmdFlags::DF);
-            let mut r = Reply::new(data);
-            encode_read_chunks(&mut r, req, block_size as usize, df);
+            let mut r = Reply::new();
+            encode_read_chunks(&mut r, req, &pieces, df);
             return r.finish();
         }
-        Outcome::Data(data) => {
-            let mut r = Reply::new(data);
+        Outcome::Data(pieces) => {
+            let mut r = Reply::new();
             proto::encode_simple_reply(&mut r.head, 0, req.cookie);
-            let len = r.data.len();
-            r.push_data(0, len);
+            for p in &pieces {
+                r.push_data(p);
+            }
             return r.finish();
         }
         Outcome::Status(per_ctx) => {
@@ -133,39 +144,40 @@ pub(super) fn encode(req: &Request, structured: bool, out: Outcome, block_size: 
     Reply::of_head(buf)
 }
 
-/// Structured READ reply: runs of all-zero blocks as holes, the rest as data.
-fn encode_read_chunks(r: &mut Reply, req: &Request, bs: usize, df: bool) {
-    let data = &r.data;
-    if data.is_empty() {
+/// Structured READ reply: runs of holes (and, unless DF, of all-zero
+/// blocks) as hole chunks, the rest as data chunks. The pieces are one per
+/// block touched, so a run of them is a run of blocks.
+fn encode_read_chunks(r: &mut Reply, req: &Request, pieces: &[Piece], df: bool) {
+    let total: usize = pieces.iter().map(Piece::len).sum();
+    if total == 0 {
         proto::encode_none_chunk(&mut r.head, req.cookie);
         return;
     }
-    let mut runs: Vec<(usize, usize, bool)> = Vec::new();
-    let mut pos = 0;
-    while pos < data.len() {
-        let next = if df {
-            data.len()
-        } else {
-            (((req.offset as usize + pos) / bs + 1) * bs - req.offset as usize).min(data.len())
-        };
-        let zero = !df && forkfs::is_zero(&data[pos..next]);
+    let zero = |p: &Piece| match p {
+        Piece::Zeros(_) => true,
+        Piece::Bytes(b) => forkfs::is_zero(b),
+    };
+    // (first piece, end piece, bytes, is a hole)
+    let mut runs: Vec<(usize, usize, usize, bool)> = Vec::new();
+    for (i, p) in pieces.iter().enumerate() {
+        let z = !df && zero(p);
         match runs.last_mut() {
-            Some(r) if r.2 == zero => r.1 = next,
-            _ => runs.push((pos, next, zero)),
+            Some(run) if run.3 == z => (run.1, run.2) = (i + 1, run.2 + p.len()),
+            _ => runs.push((i, i + 1, p.len(), z)),
         }
-        pos = next;
     }
-    let n = runs.len();
-    for (i, (a, b, zero)) in runs.into_iter().enumerate() {
+    let (n, mut offset) = (runs.len(), req.offset);
+    for (i, (a, b, len, hole)) in runs.into_iter().enumerate() {
         let done = i + 1 == n;
-        let offset = req.offset + a as u64;
-        let (c, len) = (req.cookie, (b - a) as u32);
-        let res = if zero {
-            proto::encode_offset_hole(&mut r.head, done, c, offset, len)
+        let (c, len32) = (req.cookie, len as u32);
+        let res = if hole {
+            proto::encode_offset_hole(&mut r.head, done, c, offset, len32)
         } else {
-            let res = proto::encode_offset_data_header(&mut r.head, done, c, offset, len);
+            let res = proto::encode_offset_data_header(&mut r.head, done, c, offset, len32);
             if res.is_ok() {
-                r.push_data(a, b);
+                for p in &pieces[a..b] {
+                    r.push_data(p);
+                }
             }
             res
         };
@@ -179,6 +191,7 @@ fn encode_read_chunks(r: &mut Reply, req: &Request, bs: usize, df: bool) {
             );
             return;
         }
+        offset += len as u64;
     }
 }
 

@@ -43,7 +43,7 @@ pub struct SessionConfig {
 /// What one request produced.
 enum Outcome {
     Done,
-    Data(Vec<u8>),
+    Data(Vec<forkfs::Piece>),
     Status(Vec<(u32, Vec<proto::BlockDescriptor>)>),
 }
 
@@ -95,8 +95,7 @@ where
     let mut writer = tokio::spawn(async move {
         while let Some((frame, charge)) = rx.recv().await {
             frame.write_to(&mut wr).await?;
-            drop(charge);
-            crate::buffers::BUFFERS.give(frame.into_data());
+            drop((frame, charge));
         }
         wr.flush().await?;
         Ok::<_, std::io::Error>(wr)
@@ -295,7 +294,7 @@ async fn requests<R: AsyncRead + Unpin>(
             ex.latency.observe(req.command, arrived.elapsed());
             match res {
                 Ok(out) => {
-                    let _ = tx.send((encode(&req, structured, out, ex.block_size), charge));
+                    let _ = tx.send((encode(&req, structured, out), charge));
                     if req.command == Command::Flush {
                         let ex = ex.clone();
                         tokio::task::spawn_blocking(move || {

@@ -195,19 +195,16 @@ fn forkfs_nbd_hosts_mounts_while_it_runs_and_saves_them_when_it_stops() {
     forkfs(&srv, &["volume", "create", "app"]);
 
     // A hosted mount keeps an idle server; its end lets it go.
-    srv.spawn(&["--exit-when-idle", "1s"]);
+    srv.spawn(&["--exit-when-idle", "3s"]);
     let m = Hosted::new(&srv, "app", &srv.path("app"), &[]);
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(4500));
     let child = srv.child.as_mut().unwrap();
     assert!(
         child.try_wait().unwrap().is_none(),
         "the server left a mounted workspace: {}",
         srv.log()
     );
-    let t = Instant::now();
     m.unmount();
-    // The server stays, so umount waits for the mount's end, not for it.
-    assert!(t.elapsed() < Duration::from_secs(10), "umount took {:?}", t.elapsed());
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(s) = srv.child.as_mut().unwrap().try_wait().unwrap() {
@@ -222,7 +219,10 @@ fn forkfs_nbd_hosts_mounts_while_it_runs_and_saves_them_when_it_stops() {
     // Mounts come and go; SIGTERM ends the last one with its checkpoint.
     srv.spawn(&[]);
     let dir = srv.path("app");
+    let t = Instant::now();
     Hosted::new(&srv, "app", &dir, &[]).unmount();
+    // The server stays, so umount waits for the mount's end, not for it.
+    assert!(t.elapsed() < Duration::from_secs(10), "mount and umount took {:?}", t.elapsed());
     let m = Hosted::new(&srv, "app", &dir, &[]);
     std::fs::write(m.path("kept"), b"written before SIGTERM").unwrap();
     assert!(srv.stop().success(), "{}", srv.log());

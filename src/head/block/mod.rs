@@ -14,7 +14,7 @@ pub use deferred::LayerStats;
 pub(crate) use deferred::PendingLookup;
 pub(crate) use zeroed::{base_keys, range_of};
 
-use super::blockmap::BlockMap;
+use super::blockmap::{BlockMap, Piece};
 use super::overlay::Space;
 use super::{Head, View};
 use crate::error::{Error, ErrorKind, Result};
@@ -90,6 +90,15 @@ impl BlockHead {
         let _gate = self.0.gate.read();
         self.0.check_live()?;
         self.block_map().read(offset, buf)
+    }
+
+    /// Reads `len` bytes at `offset` as pieces, sharing what is in memory
+    /// ([`crate::head::blockmap::BlockMap::read_pieces`]).
+    pub fn read_pieces(&self, offset: u64, len: u64) -> Result<Vec<Piece>> {
+        self.check_range(offset, len)?;
+        let _gate = self.0.gate.read();
+        self.0.check_live()?;
+        self.block_map().read_pieces(offset, len)
     }
 
     /// Writes `data` at `offset`. Durable after [`BlockHead::flush`] or a

@@ -60,6 +60,20 @@ fn slow_readers(
     srv.memory_kib().1 >> 10
 }
 
+/// Fills `srv`'s disk with random bytes and makes the server's chunk
+/// cache small: each READ reply then holds bytes of its own (a reply of
+/// holes, or of chunks the cache shares, costs no memory per reply).
+fn costly_replies(srv: &mut Server, len: u64) {
+    let data = crate::common::write_random(&srv.path("random"), len as usize, 7);
+    let store = forkfs::Store::open(&srv.store).unwrap();
+    let head = store.volumes().open_block("disk").unwrap();
+    head.write_at(0, &data).unwrap();
+    head.flush().unwrap();
+    drop(head);
+    store.flush().unwrap();
+    srv.env.push(("FORKFS_MEMORY_CACHE".into(), "8MiB".into()));
+}
+
 /// 2 connections x 100 READs of 8 MiB: 1.6 GB of replies requested. With
 /// a 64 MiB budget per connection and 96 MiB in all, the peak stays a few
 /// hundred MiB; the negative control raises the budgets (the old
@@ -69,6 +83,7 @@ fn slow_readers(
 fn a_client_that_does_not_read_replies_does_not_grow_the_server() {
     const BOUND_MIB: u64 = 400;
     let mut srv = Server::create(&[("disk", 256 * MIB)]);
+    costly_replies(&mut srv, 256 * MIB);
     let budgets = ["--connection-memory", "64MiB", "--memory", "96MiB", "--max-request", "8MiB"];
     srv.spawn(&[&["--listen", "127.0.0.1:0"][..], &budgets[..]].concat());
     let peak = slow_readers(&mut srv, 2, 100, 8 << 20, Duration::from_secs(3), BOUND_MIB);

@@ -96,6 +96,12 @@ where
         while let Some((frame, charge)) = rx.recv().await {
             frame.write_to(&mut wr).await?;
             drop((frame, charge));
+            // Nothing more to write for now: what a writer holds back (TLS
+            // records the socket could not take yet) goes out before it
+            // waits, or the client would wait for it for ever.
+            if rx.is_empty() {
+                wr.flush().await?;
+            }
         }
         wr.flush().await?;
         Ok::<_, std::io::Error>(wr)

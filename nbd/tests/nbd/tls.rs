@@ -452,3 +452,30 @@ fn allow_client_serves_a_volume_only_to_the_named_certificates() {
     let addr = spawn_tcp(&mut srv, &pki.server_args(true));
     assert!(info(&tls_uri(&addr, "disk", &other)).0, "refused even without a rule");
 }
+
+/// A client that reads slower than the server writes gets every reply
+/// whole over TLS: the server's writes often find the socket full, and
+/// the TLS records it could not take yet must still go out once it has
+/// nothing more to write (the writer flushes before it waits). This run
+/// did not catch a writer without that flush: it guards the slow-reader
+/// path, the flush is there for what it could not show.
+#[test]
+fn a_slow_reader_over_tls_gets_every_reply() {
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    let pki = Pki::new(srv.dir.path());
+    let addr = spawn_tcp(&mut srv, &pki.server_args(true));
+    let uri = tls_uri(&addr, "disk", &pki.path("good"));
+    let script = "import time\n\
+                  h.pwrite(b'\\x3c' * (16 << 20), 0)\n\
+                  for round in range(2):\n\
+                  \x20   buf = nbd.Buffer(16 << 20)\n\
+                  \x20   c = h.aio_pread(buf, 0)\n\
+                  \x20   deadline = time.time() + 20\n\
+                  \x20   while not h.aio_command_completed(c):\n\
+                  \x20       assert time.time() < deadline, 'no whole reply within 20 s'\n\
+                  \x20       time.sleep(0.002)\n\
+                  \x20       h.poll(0)\n\
+                  \x20   assert buf.to_bytearray() == b'\\x3c' * (16 << 20)\n\
+                  print('ok')";
+    assert_eq!(tls_nbdsh(&uri, script).trim(), "ok", "{}", srv.log());
+}

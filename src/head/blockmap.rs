@@ -75,11 +75,10 @@ impl BlockMap<'_> {
     }
 
     /// Reads `len` bytes from byte `offset` as pieces, one per block
-    /// touched, in order, without copying what the store holds in memory:
-    /// a block's bytes are shared with the chunk cache (or with the data
-    /// log's read of a whole block), holes are counted, not written. A
-    /// part of a block this process logged is read into a buffer of its
-    /// own size, as [`BlockMap::read`] reads it.
+    /// touched, in order: a whole block's bytes as the store holds them
+    /// (shared with the chunk cache when they are there), holes counted,
+    /// not written. A part of a block is copied into a buffer of its own
+    /// size, so a piece never holds more than it shows.
     pub fn read_pieces(&self, offset: u64, len: u64) -> Result<Vec<Piece>> {
         let bs = self.block_size;
         let mut out = Vec::with_capacity(len.div_ceil(bs) as usize + 1);
@@ -102,8 +101,12 @@ impl BlockMap<'_> {
                     Part::Found(f) => f,
                 }
             };
+            let range = within as usize..(within + n) as usize;
             out.push(match self.resolve(idx, entry)? {
-                Some(data) => Piece::Bytes(data.slice(within as usize..(within + n) as usize)),
+                // Shared only whole: a slice would hold the whole block for
+                // as long as the reader holds the part it asked for.
+                Some(data) if n == bs => Piece::Bytes(data),
+                Some(data) => Piece::Bytes(Bytes::copy_from_slice(&data[range])),
                 None => Piece::Zeros(n as usize),
             });
             done += n;

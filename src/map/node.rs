@@ -92,13 +92,17 @@ impl Node {
 
     /// Where a lookup of `key` goes from the node encoded in `data`, read
     /// from the encoding without decoding the rest: no allocation, no
-    /// reference taken per entry (a block read's path). Every byte it
-    /// reads is checked as [`Node::decode`] checks it, so malformed bytes
-    /// give `Corrupt`, never a panic; the entries past the one it looks
-    /// for are left to `decode` (which fsck runs on every node).
+    /// reference taken per entry (a block read's path). Malformed bytes
+    /// give `Corrupt` or, where the step does not look (entries past the
+    /// one it looks for, the order of an inner node's slots), a wrong
+    /// answer, never a panic; nodes are read only after their hash is
+    /// checked, and `decode` (which fsck runs on every node) checks all.
     pub fn step(data: &Bytes, key: u64) -> Result<Step> {
         let bad = |what: &str| Error::corrupt(format!("map node: {what}"));
         let (kind, level, base, count) = header(data)?;
+        if !matches!((kind, level), (0, 0) | (1, 1..=7)) || (kind == 1 && count < 2) {
+            return Err(bad("invalid kind or level"));
+        }
         if key & !span_mask(level) != base {
             return Ok(Step::Value(None));
         }

@@ -83,6 +83,9 @@ pub fn atime_mode(options: &[String]) -> Atime {
 pub struct Host {
     store: Store,
     state: Mutex<State>,
+    /// Where the running mounts are (apart from `state`, so a stop that
+    /// has run out of time can detach them while an unmount waits).
+    points: Mutex<Vec<PathBuf>>,
     ended: Condvar,
     /// The process holds the store for more than its mounts (forkfs-nbd):
     /// it takes new mounts after its last one ends.
@@ -118,8 +121,13 @@ impl Host {
     }
 
     fn with(store: Store, extensions: &Extensions, resident: bool) -> Arc<Host> {
-        let host =
-            Arc::new(Host { store, state: Mutex::default(), ended: Condvar::new(), resident });
+        let host = Arc::new(Host {
+            store,
+            state: Mutex::default(),
+            points: Mutex::default(),
+            ended: Condvar::new(),
+            resident,
+        });
         let weak: Weak<Host> = Arc::downgrade(&host);
         extensions.insert(
             MOUNT_REQUEST,
@@ -232,17 +240,21 @@ impl Host {
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
         // A version never changes: only a live mount needs the hook.
         let hook = ws.is_live().then(|| self.watch_restores(&ws, vol, session.notifier()));
+        self.points.lock().push(req.dir.clone());
+        let mut unmounter = Some(session.unmount_callable());
         {
             let mut st = self.state.lock();
-            st.unmounters.push((req.dir.clone(), session.unmount_callable()));
             // The process began to stop while this mount started: it ends
-            // at once (with its last checkpoint), as the others do.
-            if st.closing
-                && let Some((dir, u)) = st.unmounters.last_mut()
-                && let Err(e) = u.unmount()
-            {
-                tracing::warn!(dir = %dir.display(), error = %e, "unmount failed");
+            // at once (with its last checkpoint), as the others do; the
+            // unmount runs without the lock (it may wait on the kernel).
+            if !st.closing {
+                st.unmounters.push((req.dir.clone(), unmounter.take().expect("set")));
             }
+        }
+        if let Some(mut u) = unmounter
+            && let Err(e) = u.unmount()
+        {
+            tracing::warn!(dir = %req.dir.display(), error = %e, "unmount failed");
         }
         let live = ws.is_live();
         let (host, req, vol) = (self.clone(), req.clone(), vol.to_string());
@@ -270,6 +282,7 @@ impl Host {
             }
             tracing::info!(volume = %vol, dir = %req.dir.display(), "unmounted");
             host.state.lock().unmounters.retain(|(d, _)| *d != req.dir);
+            host.points.lock().retain(|d| *d != req.dir);
             host.end(&vol, live, result.err(), Some(record));
         })?;
         Ok(())
@@ -309,15 +322,19 @@ impl Host {
         self.ended.notify_all();
     }
 
-    /// The mount points this process serves now.
+    /// The mount points this process serves now (never waits for an
+    /// unmount in progress).
     pub fn mount_points(&self) -> Vec<PathBuf> {
-        self.state.lock().unmounters.iter().map(|(d, _)| d.clone()).collect()
+        self.points.lock().clone()
     }
 
-    /// Unmounts everything (a stop signal).
+    /// Unmounts everything (a stop signal). Each mount is asked once: its
+    /// unmounter is spent whether or not the kernel let go (a busy mount
+    /// is left to [`Host::detach_all`]). The unmounts run without the
+    /// lock, as the kernel may make them wait.
     pub fn unmount_all(&self) {
-        let mut st = self.state.lock();
-        for (dir, u) in st.unmounters.iter_mut() {
+        let taken = std::mem::take(&mut self.state.lock().unmounters);
+        for (dir, mut u) in taken {
             if let Err(e) = u.unmount() {
                 tracing::warn!(dir = %dir.display(), error = %e, "unmount failed");
             }

@@ -360,12 +360,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::info!("unmounting hosted mounts");
     }
     mounts.unmount_all();
-    if !mounts.wait_for(stop_timeout) {
+    let ended = mounts.wait_for(stop_timeout) || {
         tracing::error!("hosted mounts did not end within --stop-timeout: detaching them");
         mounts.detach_all();
-        mounts.wait_for(Duration::from_secs(5));
-    }
-    if let Some(e) = mounts.wait_for(Duration::ZERO).then(|| mounts.wait()).flatten() {
+        mounts.wait_for(Duration::from_secs(5))
+    };
+    // `wait` only once none is left running (it would wait for ever).
+    if let Some(e) = ended.then(|| mounts.wait()).flatten() {
         tracing::error!(error = %e, "a hosted mount ended with an error");
     }
     served?;

@@ -88,28 +88,32 @@ impl BlockMap<'_> {
             let (idx, within) = (pos / bs, pos % bs);
             let n = (bs - within).min(len - done);
             let at = (self.space, self.owner, idx, self.base);
-            let entry = if n == bs {
-                self.view.lookup(at.0, at.1, at.2, at.3)?
-            } else {
-                let mut part = vec![0u8; n as usize];
-                match self.view.lookup_part(at.0, at.1, at.2, at.3, (within, &mut part))? {
-                    Part::Filled => {
-                        out.push(Piece::Bytes(Bytes::from(part)));
-                        done += n;
-                        continue;
-                    }
-                    Part::Found(f) => f,
+            done += n;
+            if n == bs {
+                let entry = self.view.lookup(at.0, at.1, at.2, at.3)?;
+                out.push(match self.resolve(idx, entry)? {
+                    Some(data) => Piece::Bytes(data),
+                    None => Piece::Zeros(n as usize),
+                });
+                continue;
+            }
+            // A part is copied, never a slice of the block shared: the
+            // reader would hold the whole block for the part it asked for.
+            let mut part = vec![0u8; n as usize];
+            let entry = match self.view.lookup_part(at.0, at.1, at.2, at.3, (within, &mut part))? {
+                Part::Filled => {
+                    out.push(Piece::Bytes(Bytes::from(part)));
+                    continue;
                 }
+                Part::Found(f) => f,
             };
-            let range = within as usize..(within + n) as usize;
             out.push(match self.resolve(idx, entry)? {
-                // Shared only whole: a slice would hold the whole block for
-                // as long as the reader holds the part it asked for.
-                Some(data) if n == bs => Piece::Bytes(data),
-                Some(data) => Piece::Bytes(Bytes::copy_from_slice(&data[range])),
+                Some(data) => {
+                    part.copy_from_slice(&data[within as usize..(within + n) as usize]);
+                    Piece::Bytes(Bytes::from(part))
+                }
                 None => Piece::Zeros(n as usize),
             });
-            done += n;
         }
         Ok(out)
     }

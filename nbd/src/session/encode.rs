@@ -11,8 +11,7 @@ use tokio::sync::mpsc;
 
 /// A reply for the socket: its encoded headers and, between them, a
 /// read's pieces, written from where they lie (the store's chunk cache;
-/// holes from one page of zeros), so a read's bytes are copied once, into
-/// the socket.
+/// holes from one page of zeros), never copied into the reply.
 pub(super) struct Reply {
     head: Vec<u8>,
     parts: Vec<Part>,

@@ -83,7 +83,9 @@ fn last_row(pg: &Postgres) -> u64 {
 
 /// The row the workspace's file names (0: none yet).
 fn recorded(path: &Path) -> u64 {
-    std::fs::read_to_string(path).map_or(0, |s| s.trim().parse().unwrap())
+    std::fs::read_to_string(path).map_or(0, |s| {
+        s.trim().parse().unwrap_or_else(|e| panic!("{}: {s:?}: {e}", path.display()))
+    })
 }
 
 /// The database recovered from the disk `export` (a fork or a restored
@@ -137,7 +139,12 @@ fn a_group_snapshot_cuts_a_database_disk_and_a_hosted_workspace_at_one_point() {
             while !stop.load(Ordering::SeqCst) {
                 n += 1;
                 pg.sql(&format!("INSERT INTO rows VALUES ({n})"));
-                std::fs::write(&file, format!("{n}\n")).unwrap();
+                // Written aside and renamed over, as an application
+                // records state: a cut between a truncate and a write
+                // would rightly show an empty file.
+                let aside = file.with_extension("new");
+                std::fs::write(&aside, format!("{n}\n")).unwrap();
+                std::fs::rename(&aside, &file).unwrap();
             }
             n
         })

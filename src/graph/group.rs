@@ -32,7 +32,7 @@ impl Graph {
         VolumeName::new(name).map_err(|_| {
             Error::invalid(format!("invalid group name {name:?}: use A-Z a-z 0-9 . _ -"))
         })?;
-        let _g = self.groups.lock();
+        let _g = self.volumes.groups_lock();
         if self.db().get_meta(&keys::group(name))?.is_some() {
             return Err(Error::conflict(format!("a group named {name} already exists")));
         }
@@ -54,7 +54,7 @@ impl Graph {
         remove: &[String],
     ) -> Result<GroupRecord> {
         // Two changes at once would each write its own copy of the list.
-        let _g = self.groups.lock();
+        let _g = self.volumes.groups_lock();
         let mut rec = self.group(name)?;
         for r in remove {
             if !rec.members.iter().any(|m| m.as_str() == r) {
@@ -108,7 +108,7 @@ impl Graph {
 
     /// Deletes a group and its group versions; the members' versions stay.
     pub fn group_delete(&self, name: &str) -> Result<()> {
-        let _g = self.groups.lock();
+        let _g = self.volumes.groups_lock();
         let log = self.group_log(name)?;
         let backend = self.storage.chunks.backend();
         for g in &log {
@@ -160,7 +160,7 @@ impl Graph {
     /// One version of every member of group `name`, at one cut.
     pub fn group_snapshot(&self, name: &str, opts: &SnapshotOptions) -> Result<GroupVersion> {
         // Taken before any head's locks; nothing takes it under them.
-        let held = self.groups.lock();
+        let held = self.volumes.groups_lock();
         let group = self.group(name)?;
         self.check_group_name(name, opts.name.as_deref())?;
         let mut heads = Vec::new();
@@ -242,7 +242,7 @@ impl Graph {
     /// member's old head is kept as a version; together they are a group
     /// version too, so the whole restore can be undone; returned.
     pub fn group_restore(&self, name: &str, to: &GroupVersion) -> Result<GroupVersion> {
-        let held = self.groups.lock();
+        let held = self.volumes.groups_lock();
         let versions = self.member_versions(to)?;
         let mut heads = Vec::new();
         for v in &versions {

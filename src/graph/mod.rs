@@ -83,13 +83,11 @@ pub struct Graph {
     volumes: Arc<Volumes>,
     /// Called after each restore (see [`Graph::on_restore`]).
     restore_hooks: Mutex<Vec<(u64, RestoreHook)>>,
-    /// Serializes changes to groups and their logs (`group.rs`).
-    groups: Mutex<()>,
 }
 
 impl Graph {
     pub(crate) fn new(storage: Arc<Storage>, volumes: Arc<Volumes>) -> Graph {
-        Graph { storage, volumes, restore_hooks: Mutex::new(Vec::new()), groups: Mutex::new(()) }
+        Graph { storage, volumes, restore_hooks: Mutex::new(Vec::new()) }
     }
 
     fn db(&self) -> &Db {

@@ -104,7 +104,7 @@ impl Graph {
         now_ms: u64,
         dry_run: bool,
     ) -> Result<Vec<GroupVersion>> {
-        let _held = self.groups.lock();
+        let _held = self.volumes.groups_lock();
         let log = self.group_log(group)?;
         // The newest stays: group versions are numbered from the last one,
         // so pruning it would give its number to the next.

@@ -26,6 +26,9 @@ pub struct Volumes {
     heads: Mutex<HashMap<VolumeId, Weak<Head>>>,
     /// Serializes changes to volume records and counters.
     meta_lock: Mutex<()>,
+    /// Serializes changes to groups and their logs (`group.rs`) with the
+    /// deletion of volumes, so no group gains a volume being deleted.
+    groups: Mutex<()>,
     default_block_size: u32,
 }
 
@@ -40,8 +43,14 @@ impl Volumes {
             remote,
             heads: Mutex::new(HashMap::new()),
             meta_lock: Mutex::new(()),
+            groups: Mutex::new(()),
             default_block_size,
         }
+    }
+
+    /// Held while groups change (`group.rs`) and while a volume is deleted.
+    pub(crate) fn groups_lock(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.groups.lock()
     }
 
     /// The remote side of a shared store.
@@ -292,6 +301,9 @@ impl Volumes {
                  unmount it or stop serving it first"
             )));
         }
+        // Taken before the check: a group made or changed after it could
+        // name the volume deleted under it.
+        let _groups = self.groups.lock();
         self.check_no_group(name)?;
         let head = self.open(name)?;
         let _one = head.checkpoint.lock();

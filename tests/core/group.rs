@@ -45,6 +45,51 @@ fn a_diff_of_two_heads_and_a_group_snapshot_do_not_deadlock() {
     assert_eq!(s.graph().group_log("env").unwrap().len(), 200);
 }
 
+/// A volume deleted while a group adds it: either the delete fails (the
+/// volume is a member) or the add does (no such volume), never both
+/// succeed and leave a group naming a volume that is gone.
+#[test]
+fn a_volume_deleted_while_a_group_adds_it_is_never_left_in_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::init(&dir.path().join("s"), StoreConfig::default()).unwrap();
+    s.volumes().create("keep", VolumeKind::Fs, None, None).unwrap();
+    s.graph().group_create("env", &["keep".into()]).unwrap();
+    let s = std::sync::Arc::new(s);
+    let (mut deleted_first, mut added_first) = (0, 0);
+    for i in 0..60 {
+        let name = format!("v{i}");
+        s.volumes().create(&name, VolumeKind::Fs, None, None).unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let adder = {
+            let (s, b, name) = (s.clone(), barrier.clone(), name.clone());
+            std::thread::spawn(move || {
+                b.wait();
+                // Staggered, so that either may come first.
+                std::thread::sleep(std::time::Duration::from_micros((i % 10) * 300));
+                s.graph().group_change("env", &[name], &[]).is_ok()
+            })
+        };
+        barrier.wait();
+        let deleted = s.volumes().delete(&name).is_ok();
+        let added = adder.join().unwrap();
+        let members = s.graph().group("env").unwrap().members;
+        let named = members.iter().any(|m| m.as_str() == name);
+        assert!(
+            !(deleted && named),
+            "round {i}: {name} was deleted and group env still names it (added: {added})"
+        );
+        assert!(deleted != added, "round {i}: delete {deleted}, add {added}");
+        if named {
+            added_first += 1;
+            s.graph().group_change("env", &[], &[name.clone()]).unwrap();
+            s.volumes().delete(&name).unwrap();
+        } else {
+            deleted_first += 1;
+        }
+    }
+    eprintln!("the add won {added_first} rounds, the delete {deleted_first}");
+}
+
 /// A store with fs volumes a and b in group env, and its group version `one`.
 fn env_with_one() -> (tempfile::TempDir, std::path::PathBuf) {
     let (d, s) = store();

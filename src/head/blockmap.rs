@@ -184,9 +184,22 @@ impl BlockMap<'_> {
     ) -> Result<Vec<(u64, Dirty)>> {
         let bs = self.block_size;
         let head = self.view.head()?;
+        let vol = head.record().id;
         let mut out = Vec::with_capacity(len.div_ceil(bs) as usize + 1);
         let log = |data: &[u8]| -> Result<Dirty> {
-            Ok(Dirty::Logged(head.storage.log.append(head.record().id, data)?))
+            Ok(Dirty::Logged(head.storage.log.append(vol, data)?))
+        };
+        // Whole blocks of data in a row go to the log in one write: the
+        // first block's index and its offset in `data`, and how many.
+        let mut run: Option<(u64, usize, usize)> = None;
+        let end_run = |run: &mut Option<(u64, usize, usize)>, out: &mut Vec<(u64, Dirty)>| {
+            let Some((first, at, count)) = run.take() else { return Ok(()) };
+            let bytes = &data.expect("runs are of data")[at..at + count * bs as usize];
+            let refs = head.storage.log.append_blocks(vol, bytes, bs as usize)?;
+            out.extend(
+                refs.into_iter().enumerate().map(|(i, r)| (first + i as u64, Dirty::Logged(r))),
+            );
+            Ok::<_, Error>(())
         };
         let mut done = 0u64;
         while done < len {
@@ -194,11 +207,20 @@ impl BlockMap<'_> {
             let (idx, within) = (pos / bs, pos % bs);
             let n = (bs - within).min(len - done);
             let src = data.map(|d| &d[done as usize..(done + n) as usize]);
-            let dirty = if n == bs {
-                match src {
-                    Some(s) if !is_zero(s) => log(s)?,
-                    _ => Dirty::Delete,
+            if n == bs && src.is_some_and(|s| !is_zero(s)) {
+                match run.as_mut() {
+                    Some((first, _, count)) if *first + *count as u64 == idx => *count += 1,
+                    _ => {
+                        end_run(&mut run, &mut out)?;
+                        run = Some((idx, done as usize, 1));
+                    }
                 }
+                done += n;
+                continue;
+            }
+            end_run(&mut run, &mut out)?;
+            let dirty = if n == bs {
+                Dirty::Delete
             } else {
                 let mut block = match self.block(idx)? {
                     Some(b) => b.to_vec(),
@@ -214,6 +236,7 @@ impl BlockMap<'_> {
             out.push((idx, dirty));
             done += n;
         }
+        end_run(&mut run, &mut out)?;
         Ok(out)
     }
 

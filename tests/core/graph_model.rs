@@ -210,3 +210,32 @@ proptest! {
         }
     }
 }
+
+/// One write of data blocks around a zero block, with partial blocks at
+/// both ends (the whole blocks in a row go to the data log in one
+/// write): the head, its snapshot and the head after a reopen read it back.
+#[test]
+fn a_write_of_runs_split_by_a_zero_block_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig { default_block_size: BS, ..StoreConfig::default() };
+    let store = Store::init(dir.path(), cfg).unwrap();
+    store.volumes().create("v", VolumeKind::Block, Some(SIZE as u64), None).unwrap();
+    let bs = BS as usize;
+    let mut buf: Vec<u8> = (0..7 * bs + 300).map(|i| (i % 251) as u8 | 1).collect();
+    buf[(3 * bs - 100)..(4 * bs - 100)].fill(0);
+    let at = bs as u64 - 100;
+    let mut want = vec![0u8; SIZE];
+    want[at as usize..at as usize + buf.len()].copy_from_slice(&buf);
+    let head = store.volumes().open_block("v").unwrap();
+    head.write_at(at, &buf).unwrap();
+    let t = store.graph().resolve("v").unwrap();
+    assert!(read_all(&store, &t) == want, "the head differs");
+    let v = store.graph().snapshot("v", &SnapshotOptions::default()).unwrap();
+    let version = store.graph().resolve(&format!("v@{}", v.id)).unwrap();
+    assert!(read_all(&store, &version) == want, "the version differs");
+    drop(head);
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let t = store.graph().resolve("v").unwrap();
+    assert!(read_all(&store, &t) == want, "the head differs after a reopen");
+}

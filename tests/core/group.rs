@@ -81,7 +81,7 @@ fn a_volume_deleted_while_a_group_adds_it_is_never_left_in_the_group() {
         assert!(deleted != added, "round {i}: delete {deleted}, add {added}");
         if named {
             added_first += 1;
-            s.graph().group_change("env", &[], &[name.clone()]).unwrap();
+            s.graph().group_change("env", &[], std::slice::from_ref(&name)).unwrap();
             s.volumes().delete(&name).unwrap();
         } else {
             deleted_first += 1;

@@ -27,7 +27,8 @@ pub struct Volumes {
     /// Serializes changes to volume records and counters.
     meta_lock: Mutex<()>,
     /// Serializes changes to groups and their logs (`group.rs`) with the
-    /// deletion of volumes, so no group gains a volume being deleted.
+    /// deletion of volumes, so no group this process changes gains a
+    /// volume it is deleting.
     groups: Mutex<()>,
     default_block_size: u32,
 }
@@ -303,7 +304,7 @@ impl Volumes {
         }
         // Taken before the check: a group made or changed after it could
         // name the volume deleted under it.
-        let _groups = self.groups.lock();
+        let groups = self.groups.lock();
         self.check_no_group(name)?;
         let head = self.open(name)?;
         let _one = head.checkpoint.lock();
@@ -315,6 +316,8 @@ impl Volumes {
         let mut b = Batch::default();
         self.storage.forget_volume(&mut b, &rec, &versions)?;
         self.storage.db.write(b, true)?;
+        // Gone from the index: a group change now finds no such volume.
+        drop(groups);
         let backend = self.storage.chunks.backend();
         // On a shared store, the deletion record first: every other host
         // then forgets the volume (`sync/view.rs`).

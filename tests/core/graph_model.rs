@@ -222,12 +222,14 @@ fn a_write_of_runs_split_by_a_zero_block_reads_back() {
     store.volumes().create("v", VolumeKind::Block, Some(SIZE as u64), None).unwrap();
     let bs = BS as usize;
     let mut buf: Vec<u8> = (0..7 * bs + 300).map(|i| (i % 251) as u8 | 1).collect();
-    buf[(3 * bs - 100)..(4 * bs - 100)].fill(0);
     let at = bs as u64 - 100;
+    // Block 4 of the volume, whole: it splits the run of blocks 1 to 7.
+    buf[(3 * bs + 100)..(4 * bs + 100)].fill(0);
     let mut want = vec![0u8; SIZE];
     want[at as usize..at as usize + buf.len()].copy_from_slice(&buf);
     let head = store.volumes().open_block("v").unwrap();
     head.write_at(at, &buf).unwrap();
+    assert_eq!(head.allocated_blocks().unwrap(), [0, 1, 2, 3, 5, 6, 7, 8], "block 4 is a hole");
     let t = store.graph().resolve("v").unwrap();
     assert!(read_all(&store, &t) == want, "the head differs");
     let v = store.graph().snapshot("v", &SnapshotOptions::default()).unwrap();

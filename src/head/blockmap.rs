@@ -76,9 +76,10 @@ impl BlockMap<'_> {
 
     /// Reads `len` bytes from byte `offset` as pieces, one per block
     /// touched, in order: a whole block's bytes as the store holds them
-    /// (shared with the chunk cache when they are there), holes counted,
-    /// not written. A part of a block is copied into a buffer of its own
-    /// size, so a piece never holds more than it shows.
+    /// (shared with the chunk cache when they are there), whole holes
+    /// counted, not written. A part of a block (of a hole too) is read
+    /// into a buffer of its own size, as [`BlockMap::read`] reads it, so
+    /// a piece never holds more than it shows.
     pub fn read_pieces(&self, offset: u64, len: u64) -> Result<Vec<Piece>> {
         let bs = self.block_size;
         let mut out = Vec::with_capacity(len.div_ceil(bs) as usize + 1);
@@ -87,32 +88,15 @@ impl BlockMap<'_> {
             let pos = offset + done;
             let (idx, within) = (pos / bs, pos % bs);
             let n = (bs - within).min(len - done);
-            let at = (self.space, self.owner, idx, self.base);
             done += n;
-            if n == bs {
-                let entry = self.view.lookup(at.0, at.1, at.2, at.3)?;
-                out.push(match self.resolve(idx, entry)? {
-                    Some(data) => Piece::Bytes(data),
-                    None => Piece::Zeros(n as usize),
-                });
-                continue;
-            }
-            // A part is copied, never a slice of the block shared: the
-            // reader would hold the whole block for the part it asked for.
-            let mut part = vec![0u8; n as usize];
-            let entry = match self.view.lookup_part(at.0, at.1, at.2, at.3, (within, &mut part))? {
-                Part::Filled => {
-                    out.push(Piece::Bytes(Bytes::from(part)));
-                    continue;
-                }
-                Part::Found(f) => f,
-            };
-            out.push(match self.resolve(idx, entry)? {
-                Some(data) => {
-                    part.copy_from_slice(&data[within as usize..(within + n) as usize]);
-                    Piece::Bytes(Bytes::from(part))
-                }
-                None => Piece::Zeros(n as usize),
+            out.push(if n == bs {
+                self.block(idx)?.map_or(Piece::Zeros(n as usize), Piece::Bytes)
+            } else {
+                // A part is copied, never a slice of the block shared: the
+                // reader would hold the whole block for the part it asked for.
+                let mut part = vec![0u8; n as usize];
+                self.read(pos, &mut part)?;
+                Piece::Bytes(Bytes::from(part))
             });
         }
         Ok(out)
@@ -208,12 +192,10 @@ impl BlockMap<'_> {
             let n = (bs - within).min(len - done);
             let src = data.map(|d| &d[done as usize..(done + n) as usize]);
             if n == bs && src.is_some_and(|s| !is_zero(s)) {
+                // Anything else ended the run: it reaches this block.
                 match run.as_mut() {
-                    Some((first, _, count)) if *first + *count as u64 == idx => *count += 1,
-                    _ => {
-                        end_run(&mut run, &mut out)?;
-                        run = Some((idx, done as usize, 1));
-                    }
+                    Some((_, _, count)) => *count += 1,
+                    None => run = Some((idx, done as usize, 1)),
                 }
                 done += n;
                 continue;

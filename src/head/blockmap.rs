@@ -3,7 +3,9 @@
 //! both a block volume (one map) and the files of an fs volume (a map each).
 
 use super::overlay::{Dirty, Space};
+use super::patch::{Patch, Span};
 use super::{Found, Part, View, is_zero};
+use crate::cas::ChunkStore;
 use crate::error::{Error, Result};
 use crate::id::ChunkId;
 use crate::map::{Map, MapRoot};
@@ -32,6 +34,23 @@ impl Piece {
     }
 }
 
+/// The data of block `idx`, stored as the chunk a map value names.
+pub(crate) fn stored_block(
+    chunks: &ChunkStore,
+    v: &[u8],
+    idx: u64,
+    block_size: u64,
+) -> Result<Bytes> {
+    let data = chunks.get(&ChunkId::from_slice(v)?)?;
+    if data.len() as u64 != block_size {
+        return Err(Error::corrupt(format!(
+            "block {idx} is {} bytes, expected {block_size}",
+            data.len()
+        )));
+    }
+    Ok(data)
+}
+
 /// One block map seen through a view: `(space, owner)` names its overlay
 /// group and `base` its committed root.
 pub struct BlockMap<'a> {
@@ -54,16 +73,7 @@ impl BlockMap<'_> {
             None => Ok(None),
             Some(Found::Data(d)) => Ok(Some(d)),
             Some(Found::Value(v)) => {
-                let id = ChunkId::from_slice(&v)?;
-                let data = self.view.chunks().get(&id)?;
-                if data.len() as u64 != self.block_size {
-                    return Err(Error::corrupt(format!(
-                        "block {idx} is {} bytes, expected {}",
-                        data.len(),
-                        self.block_size
-                    )));
-                }
-                Ok(Some(data))
+                Ok(Some(stored_block(self.view.chunks(), &v, idx, self.block_size)?))
             }
         }
     }
@@ -129,8 +139,8 @@ impl BlockMap<'_> {
         Ok(())
     }
 
-    /// Adds to `batch` the writes of `data` at `offset`. Partial blocks are
-    /// read, patched and written whole; the caller holds their stripes.
+    /// Adds to `batch` the writes of `data` at `offset` (see
+    /// [`BlockMap::patch_entries`]); the caller holds their stripes.
     pub fn write(&self, batch: &mut WriteBatch, offset: u64, data: &[u8]) -> Result<()> {
         self.patch(batch, offset, data.len() as u64, Some(data))
     }
@@ -158,8 +168,11 @@ impl BlockMap<'_> {
     }
 
     /// The block entries that write `data` (zeros if `None`) over `len`
-    /// bytes at `offset`: partial blocks are read, patched and logged
-    /// whole; the caller holds their stripes.
+    /// bytes at `offset`: whole blocks are logged as they are; a partial
+    /// block of a block volume's map is a span added to its patch
+    /// (`patch.rs`), any other (a file's block, a zeroed part, a full
+    /// patch's) is read, patched and logged whole. The caller holds the
+    /// blocks' stripes.
     pub(crate) fn patch_entries(
         &self,
         offset: u64,
@@ -203,6 +216,11 @@ impl BlockMap<'_> {
             end_run(&mut run, &mut out)?;
             let dirty = if n == bs {
                 Dirty::Delete
+            } else if let (Some(s), Some(mut patch)) = (src, self.patchable(idx)?) {
+                let at = u32::try_from(within).map_err(|_| Error::invalid("block over 4 GiB"))?;
+                patch.spans.push(Span { at, r: head.storage.log.append(vol, s)? });
+                head.prune_patch(&mut patch)?;
+                Dirty::Patch(Box::new(patch))
             } else {
                 let mut block = match self.block(idx)? {
                     Some(b) => b.to_vec(),
@@ -220,6 +238,19 @@ impl BlockMap<'_> {
         }
         end_run(&mut run, &mut out)?;
         Ok(out)
+    }
+
+    /// The patch a write of part of block `idx` adds its span to, if it
+    /// may (see `patch.rs`): blocks of block volumes, while the patch has
+    /// room; `None`: the write logs the whole block. The caller holds the
+    /// block's stripe.
+    fn patchable(&self, idx: u64) -> Result<Option<Patch>> {
+        let head = self.view.head()?;
+        if self.space != Space::Root || head.block().is_none() {
+            return Ok(None);
+        }
+        let patch = Patch::over(head.block_entry(idx)?);
+        Ok(patch.has_room().then_some(patch))
     }
 
     /// Adds to `batch` the removal of every block at or after `first`

@@ -38,7 +38,7 @@ impl Head {
                 self.overlay().for_each_in(Some(&snap), &mut |e| {
                     match (e.space, e.owner, &e.dirty) {
                         (Space::Root, 0, _) => {
-                            if let Some(u) = self.resolve(e.dirty)? {
+                            if let Some(u) = self.resolve(e.dirty, e.key, Some(base))? {
                                 ups.insert(e.key, u);
                             }
                         }
@@ -65,8 +65,19 @@ impl Head {
 
     /// Turns a dirty entry into a map update (`None`: no update), storing
     /// data as a chunk. All-zero data becomes a delete: absent blocks read as zeros.
-    fn resolve(&self, d: Dirty) -> Result<Option<Option<Bytes>>> {
+    /// `base` is a block volume's root map, which a patch reads (only
+    /// block volumes have patches).
+    fn resolve(&self, d: Dirty, key: u64, base: Option<MapRoot>) -> Result<Option<Option<Bytes>>> {
         Ok(match d {
+            Dirty::Patch(_) if base.is_none() => {
+                return Err(Error::corrupt("a patch entry outside a block volume's map"));
+            }
+            Dirty::Patch(p) => match self.read_patch(&p, key, base.expect("checked"), None)? {
+                super::Part::Found(Some(super::Found::Data(data))) => {
+                    Some(self.store_block(&data)?)
+                }
+                _ => return Err(Error::corrupt("a patch read as no data")),
+            },
             Dirty::Delete => Some(None),
             Dirty::Value(v) => Some(Some(v)),
             Dirty::Logged(r) => match self.read_logged(&r)? {
@@ -99,7 +110,7 @@ impl Head {
         self.overlay().for_each(&mut |e| {
             match e.space {
                 Space::Root => {
-                    if let Some(u) = self.resolve(e.dirty)? {
+                    if let Some(u) = self.resolve(e.dirty, e.key, None)? {
                         inode_ups.insert(e.key, u);
                     }
                 }
@@ -107,7 +118,7 @@ impl Head {
                 // since the last checkpoint are skipped, not stored.
                 _ if matches!(inode_ups.get(&e.owner), Some(None)) => {}
                 s => {
-                    if let Some(u) = self.resolve(e.dirty)? {
+                    if let Some(u) = self.resolve(e.dirty, e.key, None)? {
                         groups.entry((s, e.owner)).or_default().push((e.key, u));
                     }
                 }

@@ -11,6 +11,7 @@ use super::fs::inode::{
     encode_entries,
 };
 use super::overlay::{self, Dirty, Space};
+use super::patch::{Patch, Span};
 use super::prior::{Earlier, Prior};
 use crate::files::golden;
 use crate::id::{ChunkId, VolumeId};
@@ -36,6 +37,17 @@ fn golden_overlay_entries() {
                     }),
                 ),
             ),
+        ),
+        (
+            "overlay-patch.bin",
+            Space::Root,
+            Dirty::Patch(Box::new(Patch {
+                under: Some(Dirty::Value(Bytes::from_static(b"chunk id"))),
+                spans: vec![
+                    Span { at: 4096, r },
+                    Span { at: 512, r: LogRef { seq: 6, offset: 0x40, len: 1024, crc: 9 } },
+                ],
+            })),
         ),
     ];
     for (name, space, dirty) in cases {

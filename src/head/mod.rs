@@ -30,6 +30,7 @@ pub mod fs;
 #[cfg(test)]
 mod golden;
 pub mod overlay;
+pub mod patch;
 pub mod prior;
 
 pub use block::{BlockHead, LayerStats, WeakBlockHead};
@@ -47,6 +48,7 @@ use bytes::Bytes;
 use datalog::{DataLog, LogRef, Read};
 use overlay::{Dirty, Overlay, Space};
 use parking_lot::{Mutex, MutexGuard, RwLock};
+use patch::Patch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -97,9 +99,14 @@ impl Storage {
     }
 
     pub(crate) fn was_durable(&self, vol: VolumeId, r: &LogRef) -> Result<bool> {
-        let mark = self.db.get_meta(&keys::durable(vol, r.seq))?;
-        let upto = mark.as_deref().and_then(|m| std::str::from_utf8(m).ok()?.parse::<u64>().ok());
+        let upto = self.durable_mark(vol, r.seq)?;
         Ok(upto.is_some_and(|upto| r.offset + r.len as u64 <= upto))
+    }
+
+    /// How far segment `seq` of `vol` is known durable, if recorded.
+    pub(crate) fn durable_mark(&self, vol: VolumeId, seq: u64) -> Result<Option<u64>> {
+        let mark = self.db.get_meta(&keys::durable(vol, seq))?;
+        Ok(mark.as_deref().and_then(|m| std::str::from_utf8(m).ok()?.parse::<u64>().ok()))
     }
 
     /// The overlay of volume `vol`.
@@ -420,26 +427,15 @@ impl Head {
         base: MapRoot,
         mut part: Option<(u64, &mut [u8])>,
     ) -> Result<Part> {
-        let mut in_part = |r: &LogRef| -> Result<bool> {
-            match part.as_mut() {
-                Some((within, out)) => self.storage.log.read_part(self.record.id, r, *within, out),
-                None => Ok(false),
-            }
-        };
         let found = |f: Option<Found>| Ok(Part::Found(f));
         let block = self.block.as_ref().filter(|_| space == Space::Root);
         if let Some(b) = block {
             match b.pending_lookup(key) {
                 block::PendingLookup::Absent => {}
-                block::PendingLookup::Zero | block::PendingLookup::Entry(Dirty::Delete) => {
-                    return found(None);
-                }
-                block::PendingLookup::Entry(Dirty::Value(v)) => {
-                    return found(Some(Found::Value(v)));
-                }
+                block::PendingLookup::Zero => return found(None),
                 // Written by this process since the seal: lost data is damage.
                 block::PendingLookup::Entry(Dirty::Logged(r) | Dirty::Over(r, _)) => {
-                    if in_part(&r)? {
+                    if self.read_part(&r, &mut part)? {
                         return Ok(Part::Filled);
                     }
                     return match self.storage.log.read(self.record.id, &r)? {
@@ -450,27 +446,121 @@ impl Head {
                         ))),
                     };
                 }
+                block::PendingLookup::Entry(Dirty::Patch(p)) => {
+                    return self.read_patch(&p, key, base, part);
+                }
+                block::PendingLookup::Entry(d) => return found(self.entry_found(&d, key, base)?),
             }
         }
         match self.overlay().get(space, owner, key)? {
-            Some(Dirty::Delete) => found(None),
-            Some(Dirty::Value(v)) => found(Some(Found::Value(v))),
-            Some(Dirty::Logged(r)) if in_part(&r)? => Ok(Part::Filled),
-            Some(Dirty::Logged(r)) => match self.read_logged(&r)? {
-                Some(d) => found(Some(Found::Data(d))),
-                None => found(self.map().get(base, key)?.map(Found::Value)),
-            },
             // Logged by this process: there, whatever came before it.
-            Some(Dirty::Over(r, _)) if in_part(&r)? => Ok(Part::Filled),
-            Some(Dirty::Over(r, prior)) => match self.read_over(&r, &prior)? {
-                Logged::Data(d) => found(Some(Found::Data(d))),
-                Logged::Hole => found(None),
-                Logged::Value(v) => found(Some(Found::Value(v))),
-                Logged::Base => found(self.map().get(base, key)?.map(Found::Value)),
-            },
+            Some(Dirty::Logged(r) | Dirty::Over(r, _)) if self.read_part(&r, &mut part)? => {
+                Ok(Part::Filled)
+            }
+            Some(Dirty::Patch(p)) => self.read_patch(&p, key, base, part),
+            Some(d) => found(self.entry_found(&d, key, base)?),
             None if block.is_some_and(|b| b.in_zeroed(key)) => found(None),
             None => found(self.map().get(base, key)?.map(Found::Value)),
         }
+    }
+
+    /// Reads the bytes `part` asks for of logged block data `r` straight
+    /// into its buffer, if this process logged it ([`DataLog::read_part`]).
+    fn read_part(&self, r: &LogRef, part: &mut Option<(u64, &mut [u8])>) -> Result<bool> {
+        match part.as_mut() {
+            Some((within, out)) => self.storage.log.read_part(self.record.id, r, *within, out),
+            None => Ok(false),
+        }
+    }
+
+    /// What an entry other than a patch reads as (`None`: a hole), with
+    /// the base map's value at `key` under it.
+    fn entry_found(&self, d: &Dirty, key: u64, base: MapRoot) -> Result<Option<Found>> {
+        let from_base = || Ok::<_, Error>(self.map().get(base, key)?.map(Found::Value));
+        match d {
+            Dirty::Delete => Ok(None),
+            Dirty::Value(v) => Ok(Some(Found::Value(v.clone()))),
+            Dirty::Logged(r) => match self.read_logged(r)? {
+                Some(d) => Ok(Some(Found::Data(d))),
+                None => from_base(),
+            },
+            Dirty::Over(r, prior) => match self.read_over(r, prior)? {
+                Logged::Data(d) => Ok(Some(Found::Data(d))),
+                Logged::Hole => Ok(None),
+                Logged::Value(v) => Ok(Some(Found::Value(v))),
+                Logged::Base => from_base(),
+            },
+            Dirty::Patch(_) => Err(Error::corrupt("a patch under a patch")),
+        }
+    }
+
+    /// Reads a patched block (see `patch.rs`): the entry under it, then
+    /// its spans in order. With `part`, bytes that the newest span
+    /// touching them holds whole, and that this process logged, are read
+    /// straight into the buffer.
+    pub(crate) fn read_patch(
+        &self,
+        p: &Patch,
+        key: u64,
+        base: MapRoot,
+        mut part: Option<(u64, &mut [u8])>,
+    ) -> Result<Part> {
+        if let Some((lo, out)) = part.as_ref() {
+            let (lo, hi) = (*lo, *lo + out.len() as u64);
+            let newest = p.spans.iter().rev().find(|s| s.start() < hi && lo < s.end());
+            if let Some(s) = newest.filter(|s| s.start() <= lo && hi <= s.end()) {
+                let mut inner = part.take().map(|(_, out)| (lo - s.start(), out));
+                if self.read_part(&s.r, &mut inner)? {
+                    return Ok(Part::Filled);
+                }
+            }
+        }
+        let bs = u64::from(self.record.block_size);
+        let floor = self.storage.log_floor(self.record.id)?;
+        // Spans below the floor, and the entry under them, went into the
+        // base (a checkpoint folded them; this entry was written after).
+        let folded = p.spans.iter().take_while(|s| s.r.seq < floor).count();
+        let under_folded = p.under.as_ref().and_then(Dirty::log_ref).is_some_and(|r| r.seq < floor);
+        let under = match &p.under {
+            Some(d) if folded == 0 && !under_folded => self.entry_found(d, key, base)?,
+            _ => self.map().get(base, key)?.map(Found::Value),
+        };
+        let mut block = match under {
+            None => vec![0u8; bs as usize],
+            Some(Found::Data(d)) => d.to_vec(),
+            Some(Found::Value(v)) => {
+                blockmap::stored_block(&self.storage.chunks, &v, key, bs)?.to_vec()
+            }
+        };
+        if block.len() as u64 != bs {
+            return Err(Error::corrupt(format!(
+                "block {key} is {} bytes, expected {bs}",
+                block.len()
+            )));
+        }
+        for s in &p.spans[folded..] {
+            if s.end() > bs {
+                return Err(Error::corrupt(format!("block {key}: a span ends past the block")));
+            }
+            // A span lost before any flush acknowledged it is skipped.
+            if let Some(d) = self.read_logged(&s.r)? {
+                block[s.start() as usize..s.end() as usize].copy_from_slice(&d);
+            }
+        }
+        Ok(Part::Found(Some(Found::Data(Bytes::from(block)))))
+    }
+
+    /// Drops what no read of `p` can need any more ([`Patch::prune`]).
+    pub(crate) fn prune_patch(&self, p: &mut Patch) -> Result<()> {
+        let mut marks = std::collections::HashMap::new();
+        let id = self.record.id;
+        p.prune(u64::from(self.record.block_size), &mut |r| {
+            let upto = match marks.get(&r.seq) {
+                Some(m) => *m,
+                None => *marks.entry(r.seq).or_insert(self.storage.durable_mark(id, r.seq)?),
+            };
+            Ok(upto.is_some_and(|u| r.offset + u64::from(r.len) <= u))
+        })
     }
 
     /// Reads a logged entry written over earlier states (see `prior.rs`):
@@ -507,10 +597,17 @@ impl Head {
 
     /// `d` as it goes into the overlay over the entry at (space, owner,
     /// key): logged data carries what it replaces, for power loss.
+    /// A whole block logged over a patch is its newest span.
     pub(crate) fn over(&self, space: Space, owner: u64, key: u64, d: Dirty) -> Result<Dirty> {
         let Dirty::Logged(r) = d else { return Ok(d) };
         let id = self.record.id;
         let prior = match self.overlay().get(space, owner, key)? {
+            Some(Dirty::Patch(p)) => {
+                let mut p = *p;
+                p.spans.push(patch::Span { at: 0, r });
+                self.prune_patch(&mut p)?;
+                return Ok(Dirty::Patch(Box::new(p)));
+            }
             None => prior::Prior::default(),
             Some(Dirty::Delete) => prior::Prior::chained(prior::Earlier::Hole, None),
             Some(Dirty::Value(v)) => prior::Prior::chained(prior::Earlier::Value(v), None),

@@ -7,9 +7,11 @@
 //! Value: tag u8 then payload: 0 delete, 1 literal map value, 2 reference
 //! to dirty data in the data log, to be stored as a chunk whose id becomes
 //! the map value, 3 such a reference followed by the block's earlier
-//! states (see `prior.rs`).
+//! states (see `prior.rs`), 4 spans of the block written over an earlier
+//! entry (see `patch.rs`).
 
 use super::datalog::LogRef;
+use super::patch::Patch;
 use super::prior::Prior;
 use crate::db::{CF_OVERLAY, Db};
 use crate::error::{Error, Result};
@@ -53,14 +55,28 @@ pub enum Dirty {
     /// Block data waiting in the data log, written over the block's
     /// earlier states (its fallback if power loss takes this data).
     Over(LogRef, Prior),
+    /// Parts of the block written over an earlier entry.
+    Patch(Box<Patch>),
 }
 
 impl Dirty {
-    /// The data log reference of a logged entry.
+    /// The data log reference of a whole block's logged entry.
     pub fn log_ref(&self) -> Option<&LogRef> {
         match self {
             Dirty::Logged(r) | Dirty::Over(r, _) => Some(r),
             _ => None,
+        }
+    }
+
+    /// Every data log reference the entry reads first: a logged entry's,
+    /// or a patch's spans and the entry under them.
+    pub fn log_refs(&self) -> Vec<LogRef> {
+        match self {
+            Dirty::Patch(p) => {
+                let under = p.under.as_ref().and_then(Dirty::log_ref).copied();
+                under.into_iter().chain(p.spans.iter().map(|s| s.r)).collect()
+            }
+            d => d.log_ref().copied().into_iter().collect(),
         }
     }
 
@@ -74,6 +90,11 @@ impl Dirty {
                 prior.encode(&mut out);
                 return out;
             }
+            Dirty::Patch(p) => {
+                let mut out = vec![4u8];
+                p.encode(&mut out);
+                return out;
+            }
         };
         let mut out = Vec::with_capacity(1 + payload.len());
         out.push(tag);
@@ -81,7 +102,7 @@ impl Dirty {
         out
     }
 
-    fn decode(b: &[u8]) -> Result<Dirty> {
+    pub(crate) fn decode(b: &[u8]) -> Result<Dirty> {
         match b.split_first() {
             Some((0, _)) => Ok(Dirty::Delete),
             Some((1, v)) => Ok(Dirty::Value(Bytes::copy_from_slice(v))),
@@ -90,6 +111,7 @@ impl Dirty {
                 LogRef::decode(&r[..LogRef::LEN])?,
                 Prior::decode(&r[LogRef::LEN..])?,
             )),
+            Some((4, p)) => Ok(Dirty::Patch(Box::new(Patch::decode(p)?))),
             _ => Err(Error::corrupt("overlay entry has an unknown tag")),
         }
     }

@@ -41,18 +41,22 @@ impl Store {
         let mut out = Unsaved::default();
         let storage = self.storage();
         for vol in self.volumes().list()? {
+            let floor = storage.log_floor(vol.id)?;
             storage.overlay(vol.id).for_each(&mut |e| {
-                let Some(r) = e.dirty.log_ref() else { return Ok(()) };
-                match storage.log.read(vol.id, r) {
-                    Ok(Read::Data(_)) => {}
-                    Ok(Read::Lost(why)) if storage.was_durable(vol.id, r)? => {
-                        let what =
-                            format!("{}: acknowledged write lost ({why})", describe(&vol, &e));
-                        out.lost.push((vol.clone(), e.raw.0.clone(), what));
-                    }
-                    Ok(Read::Lost(_)) => out.unflushed += 1,
-                    Err(err) => {
-                        out.unreadable.push(format!("{}: unreadable: {err}", describe(&vol, &e)))
+                // A patch's data below the floor went into the last version.
+                for r in e.dirty.log_refs().iter().filter(|r| r.seq >= floor) {
+                    match storage.log.read(vol.id, r) {
+                        Ok(Read::Data(_)) => {}
+                        Ok(Read::Lost(why)) if storage.was_durable(vol.id, r)? => {
+                            let what =
+                                format!("{}: acknowledged write lost ({why})", describe(&vol, &e));
+                            out.lost.push((vol.clone(), e.raw.0.clone(), what));
+                            break;
+                        }
+                        Ok(Read::Lost(_)) => out.unflushed += 1,
+                        Err(err) => out
+                            .unreadable
+                            .push(format!("{}: unreadable: {err}", describe(&vol, &e))),
                     }
                 }
                 Ok(())

@@ -1,15 +1,14 @@
 //! Snapshots of a block volume taken while a writer goes on: every version
 //! must be exactly the volume after some prefix of the writes (never a mix),
-//! and nothing written during a fold may be lost.
+//! and nothing written during a fold may be lost. Run on 4 KiB blocks with
+//! writes of every size, and on 64 KiB blocks with small writes, whose
+//! spans (`head/patch.rs`) are added to entries a fold is folding.
 
 use forkfs::{SnapshotOptions, Store, StoreConfig, Target, VolumeKind};
 use rand::{Rng, SeedableRng};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-const SIZE: usize = 8 << 20;
-const BS: u32 = 4096;
 
 /// (zero?, offset, length, op number)
 type Op = (bool, usize, usize, u32);
@@ -29,11 +28,12 @@ fn apply(m: &mut [u8], op: Op) {
 
 /// On failure: the prefix state closest to a bad version, and what differs.
 fn explain(ops: &[Op], version: &[u8]) {
+    let size = version.len();
     let differing = |m: &[u8]| -> Vec<usize> {
         let pairs = m.chunks(4096).zip(version.chunks(4096)).enumerate();
         pairs.filter(|(_, (a, b))| a != b).map(|(k, _)| k).collect()
     };
-    let mut m = vec![0u8; SIZE];
+    let mut m = vec![0u8; size];
     let mut best = (usize::MAX, 0, Vec::new());
     for (n, op) in ops.iter().enumerate() {
         apply(&mut m, *op);
@@ -55,14 +55,34 @@ fn explain(ops: &[Op], version: &[u8]) {
 
 #[test]
 fn versions_taken_during_writes_are_prefix_states() {
+    prefix_states(4096, 8 << 20, 400, &|rng| match rng.random_range(0..4) {
+        0 => rng.random_range(1..10_000),
+        1 => rng.random_range(1..500_000),
+        // 256+ whole blocks: a range tombstone.
+        2 => rng.random_range(1_100_000..3_000_000),
+        _ => 4096,
+    });
+}
+
+#[test]
+fn versions_taken_during_small_writes_to_large_blocks_are_prefix_states() {
+    prefix_states(64 << 10, 1 << 20, 1500, &|rng| match rng.random_range(0..8) {
+        0 => rng.random_range(60_000..140_000),
+        _ => rng.random_range(1..6000),
+    });
+}
+
+/// Writes `ops` random writes and zeroings of lengths `len` draws to a
+/// volume of `size` bytes in blocks of `bs` while snapshots are taken.
+fn prefix_states(bs: u32, size: usize, ops_n: u32, len: &dyn Fn(&mut rand::rngs::StdRng) -> usize) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig { default_block_size: BS, ..StoreConfig::default() };
+    let cfg = StoreConfig { default_block_size: bs, ..StoreConfig::default() };
     let store = Store::init(dir.path(), cfg).unwrap();
-    store.volumes().create("v", VolumeKind::Block, Some(SIZE as u64), None).unwrap();
+    store.volumes().create("v", VolumeKind::Block, Some(size as u64), None).unwrap();
     let head = store.volumes().open_block("v").unwrap();
     let states = Arc::new(Mutex::new(HashSet::new()));
     let done = Arc::new(AtomicBool::new(false));
-    let mut model = vec![0u8; SIZE];
+    let mut model = vec![0u8; size];
     states.lock().unwrap().insert(blake3::hash(&model));
     let mut ops: Vec<Op> = Vec::new();
 
@@ -77,16 +97,9 @@ fn versions_taken_during_writes_are_prefix_states() {
         })
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(99);
-    for i in 0..400u32 {
-        let off = rng.random_range(0..SIZE - 1);
-        let len = match rng.random_range(0..4) {
-            0 => rng.random_range(1..10_000),
-            1 => rng.random_range(1..500_000),
-            // 256+ whole blocks: a range tombstone.
-            2 => rng.random_range(1_100_000..3_000_000),
-            _ => 4096,
-        }
-        .min(SIZE - off);
+    for i in 0..ops_n {
+        let off = rng.random_range(0..size - 1);
+        let len = len(&mut rng).min(size - off);
         let op = (i % 5 == 2, off, len, i);
         ops.push(op);
         if op.0 {
@@ -101,7 +114,7 @@ fn versions_taken_during_writes_are_prefix_states() {
     let versions = snapper.join().unwrap();
     assert!(versions.len() > 3, "only {} snapshots overlapped the writes", versions.len());
     let states = states.lock().unwrap();
-    let mut buf = vec![0u8; SIZE];
+    let mut buf = vec![0u8; size];
     for v in &versions {
         store.graph().frozen(v).unwrap().read_at(0, &mut buf).unwrap();
         if !states.contains(&blake3::hash(&buf)) {

@@ -39,6 +39,16 @@ enum Loss {
 }
 
 fn lose(first: &[(u64, u8)], then: &[(u64, u8)], loss: Loss) -> forkfs::Result<Vec<u8>> {
+    lose_writes(first, then, 4096, loss)
+}
+
+/// [`lose`] with writes of `len` bytes.
+fn lose_writes(
+    first: &[(u64, u8)],
+    then: &[(u64, u8)],
+    len: usize,
+    loss: Loss,
+) -> forkfs::Result<Vec<u8>> {
     let dir = tempfile::tempdir().unwrap();
     Store::init(dir.path(), StoreConfig::default())
         .unwrap()
@@ -49,12 +59,12 @@ fn lose(first: &[(u64, u8)], then: &[(u64, u8)], loss: Loss) -> forkfs::Result<V
         let store = Store::open(dir.path()).unwrap();
         let head = store.volumes().open_block("v").unwrap();
         for (off, b) in first {
-            head.write_at(*off, &[*b; 4096]).unwrap();
+            head.write_at(*off, &vec![*b; len]).unwrap();
         }
         head.flush().unwrap();
         let durable = std::fs::metadata(newest_segment(dir.path())).unwrap().len();
         for (off, b) in then {
-            head.write_at(*off, &[*b; 4096]).unwrap();
+            head.write_at(*off, &vec![*b; len]).unwrap();
         }
         durable
         // Closed: RocksDB keeps the entries of the unflushed writes.
@@ -92,13 +102,58 @@ fn several_lost_rewrites_fall_back_past_each_other() {
     assert!(got[4096..].iter().all(|b| *b == 0));
 }
 
+/// Whole blocks rewritten more often than the chain of earlier states
+/// keeps, all lost: what the block held before them is unknown.
 #[test]
 fn more_lost_rewrites_than_the_chain_keeps_are_an_error_not_old_content() {
-    let then: Vec<(u64, u8)> =
-        (0..forkfs::MAX_PRIOR_CHAIN as u8 + 2).map(|i| (4096, i + 1)).collect();
-    match lose_the_rewrite(&[(0, 7)], &then) {
+    let then: Vec<(u64, u8)> = (0..forkfs::MAX_PRIOR_CHAIN as u8 + 2).map(|i| (0, i + 1)).collect();
+    match lose_writes(&[(0, 7)], &then, BS, Loss::Cut) {
         Err(e) => assert!(e.to_string().contains("unknown"), "{e}"),
         Ok(got) => panic!("read {} {}: older content guessed", got[0], got[4096]),
+    }
+}
+
+/// Parts of a block are written as spans over it, each checked on its
+/// own: far more lost small rewrites than the chain of whole-block states
+/// keeps fall back to the flushed bytes, including a write of the whole
+/// block that a full patch made (more than MAX_SPANS spans).
+#[test]
+fn many_lost_small_rewrites_fall_back_to_the_flushed_bytes() {
+    let mut then: Vec<(u64, u8)> =
+        (0..40u8).map(|i| (4096 * (1 + u64::from(i % 3)), i + 1)).collect();
+    then.extend((0..20u8).map(|i| (16384 + 4096 * u64::from(i), 200 + i)));
+    // Written out of order, the two flushed spans stay two (in order they
+    // would join), and rewrites cover the second.
+    let got = lose_writes(&[(4096, 8), (0, 7)], &then, 4096, Loss::Cut).expect("the block reads");
+    assert!(got[..4096].iter().all(|b| *b == 7), "the first flushed write is gone: {}", got[0]);
+    assert!(got[4096..].iter().all(|b| *b == 8), "the second flushed write is gone: {}", got[4096]);
+}
+
+/// Data lost though a flush acknowledged it is damage, in a span too:
+/// an error, never the older bytes.
+#[test]
+fn a_lost_flushed_span_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    Store::init(dir.path(), StoreConfig::default())
+        .unwrap()
+        .volumes()
+        .create("v", VolumeKind::Block, Some(1 << 20), Some(BS as u32))
+        .unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let head = store.volumes().open_block("v").unwrap();
+        head.write_at(0, &[5u8; 4096]).unwrap();
+        head.write_at(8192, &[6u8; 4096]).unwrap();
+        head.flush().unwrap();
+    }
+    let seg = std::fs::OpenOptions::new().write(true).open(newest_segment(dir.path())).unwrap();
+    seg.set_len(4096).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let head = store.volumes().open_block("v").unwrap();
+    let mut buf = vec![0u8; 4096];
+    match head.read_at(8192, &mut buf) {
+        Err(e) => assert!(e.to_string().contains("acknowledged"), "{e}"),
+        Ok(()) => panic!("a flushed span read as {} after its data was lost", buf[0]),
     }
 }
 

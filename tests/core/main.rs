@@ -15,5 +15,6 @@ mod fs_api;
 mod graph_model;
 mod group;
 mod lost_rewrite;
+mod patch;
 mod prune;
 mod quota;

@@ -201,7 +201,7 @@ impl BlockHead {
         self.note_unsealed(&mut d.pending)?;
         let p = &mut d.pending;
         for (k, e) in entries {
-            if let Dirty::Logged(r) = e {
+            for r in e.log_refs() {
                 p.min_segment = Some(p.min_segment.map_or(r.seq, |m| m.min(r.seq)));
             }
             p.blocks.insert(*k, e.clone());

@@ -15,7 +15,7 @@ pub(crate) use deferred::PendingLookup;
 pub(crate) use zeroed::{base_keys, range_of};
 
 use super::blockmap::{BlockMap, Piece};
-use super::overlay::Space;
+use super::overlay::{Dirty, Space};
 use super::{Head, View};
 use crate::error::{Error, ErrorKind, Result};
 use crate::records::VolumeKind;
@@ -234,6 +234,22 @@ impl BlockHead {
 }
 
 impl Head {
+    /// The entry a write to block `key` of a block volume goes over: the
+    /// pending layer's, else the overlay's (a zeroed block's is a hole);
+    /// `None`: the base map's value.
+    pub(crate) fn block_entry(&self, key: u64) -> Result<Option<Dirty>> {
+        let state = self.block().ok_or_else(|| Error::invalid("not a block volume"))?;
+        match state.pending_lookup(key) {
+            PendingLookup::Entry(d) => return Ok(Some(d)),
+            PendingLookup::Zero => return Ok(Some(Dirty::Delete)),
+            PendingLookup::Absent => {}
+        }
+        match self.overlay().get(Space::Root, 0, key)? {
+            None if state.in_zeroed(key) => Ok(Some(Dirty::Delete)),
+            cur => Ok(cur),
+        }
+    }
+
     /// The block API of this head, if it is a block volume's.
     pub(crate) fn as_block(self: &Arc<Self>) -> Option<BlockHead> {
         BlockHead::new(self.clone()).ok()

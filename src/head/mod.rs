@@ -190,6 +190,10 @@ pub struct Head {
     /// the overlay when the volume is opened; kept by every fs
     /// transaction; false after a checkpoint or restore clears it.
     pub(crate) accessed_only: AtomicBool,
+    /// The first data log segment the overlay may name (see
+    /// [`Storage::log_floor`]), kept in memory for reads: a checkpoint
+    /// sets it with its commit, under the gate.
+    log_floor: AtomicU64,
     /// The fs volume's quota in bytes ([`NO_QUOTA`]: none), from its
     /// record and kept by `forkfs volume quota` while the head is open.
     quota: AtomicU64,
@@ -278,6 +282,7 @@ impl Head {
     ) -> Result<Head> {
         let block = (record.kind == VolumeKind::Block).then(block::State::default);
         let quota = AtomicU64::new(record.quota.unwrap_or(NO_QUOTA));
+        let storage_floor = storage.log_floor(record.id)?;
         let head = Head {
             storage,
             record,
@@ -288,6 +293,7 @@ impl Head {
             checkpoint: Mutex::new(()),
             deleted: AtomicBool::new(false),
             accessed_only: AtomicBool::new(false),
+            log_floor: AtomicU64::new(storage_floor),
             quota,
             block,
             fence,
@@ -308,6 +314,12 @@ impl Head {
 
     pub fn kind(&self) -> VolumeKind {
         self.record.kind
+    }
+
+    /// Records the log floor a checkpoint just committed; call with the
+    /// gate held exclusively.
+    pub(crate) fn set_log_floor(&self, floor: u64) {
+        self.log_floor.store(floor, Ordering::Release);
     }
 
     /// The volume's quota in bytes, if it has one (fs volumes).
@@ -497,7 +509,8 @@ impl Head {
     /// Reads a patched block (see `patch.rs`): the entry under it, then
     /// its spans in order. With `part`, bytes that the newest span
     /// touching them holds whole, and that this process logged, are read
-    /// straight into the buffer.
+    /// straight into the buffer; bytes no span touches are read from the
+    /// entry under the spans alone.
     pub(crate) fn read_patch(
         &self,
         p: &Patch,
@@ -505,25 +518,43 @@ impl Head {
         base: MapRoot,
         mut part: Option<(u64, &mut [u8])>,
     ) -> Result<Part> {
-        if let Some((lo, out)) = part.as_ref() {
-            let (lo, hi) = (*lo, *lo + out.len() as u64);
-            let newest = p.spans.iter().rev().find(|s| s.start() < hi && lo < s.end());
-            if let Some(s) = newest.filter(|s| s.start() <= lo && hi <= s.end()) {
-                let mut inner = part.take().map(|(_, out)| (lo - s.start(), out));
-                if self.read_part(&s.r, &mut inner)? {
-                    return Ok(Part::Filled);
-                }
-            }
-        }
         let bs = u64::from(self.record.block_size);
-        let floor = self.storage.log_floor(self.record.id)?;
+        let floor = self.log_floor.load(Ordering::Acquire);
         // Spans below the floor, and the entry under them, went into the
         // base (a checkpoint folded them; this entry was written after).
         let folded = p.spans.iter().take_while(|s| s.r.seq < floor).count();
         let under_folded = p.under.as_ref().and_then(Dirty::log_ref).is_some_and(|r| r.seq < floor);
-        let under = match &p.under {
-            Some(d) if folded == 0 && !under_folded => self.entry_found(d, key, base)?,
-            _ => self.map().get(base, key)?.map(Found::Value),
+        let under = p.under.as_ref().filter(|_| folded == 0 && !under_folded);
+        if let Some((lo, out)) = part.as_ref() {
+            let (lo, hi) = (*lo, *lo + out.len() as u64);
+            let newest = p.spans[folded..].iter().rev().find(|s| s.start() < hi && lo < s.end());
+            match newest {
+                Some(s) if s.start() <= lo && hi <= s.end() => {
+                    let mut inner = part.take().map(|(_, out)| (lo - s.start(), out));
+                    if self.read_part(&s.r, &mut inner)? {
+                        return Ok(Part::Filled);
+                    }
+                }
+                // No span touches the bytes asked for: they are the entry
+                // under the spans' (read only in part if this process
+                // logged it), or the base's.
+                None => {
+                    return match under {
+                        Some(Dirty::Logged(r) | Dirty::Over(r, _))
+                            if self.read_part(r, &mut part)? =>
+                        {
+                            Ok(Part::Filled)
+                        }
+                        Some(d) => Ok(Part::Found(self.entry_found(d, key, base)?)),
+                        None => Ok(Part::Found(self.map().get(base, key)?.map(Found::Value))),
+                    };
+                }
+                Some(_) => {}
+            }
+        }
+        let under = match under {
+            Some(d) => self.entry_found(d, key, base)?,
+            None => self.map().get(base, key)?.map(Found::Value),
         };
         let mut block = match under {
             None => vec![0u8; bs as usize],
@@ -569,7 +600,7 @@ impl Head {
         if let Some(d) = self.read_logged(r)? {
             return Ok(Logged::Data(d));
         }
-        let floor = self.storage.log_floor(self.record.id)?;
+        let floor = self.log_floor.load(Ordering::Acquire);
         for e in &prior.chain {
             match e {
                 prior::Earlier::Hole => return Ok(Logged::Hole),

@@ -32,6 +32,12 @@ enum Op {
         off: usize,
         len: usize,
     },
+    /// Reads a range and checks it (a part of a block reads spans, or
+    /// the entry under them, alone).
+    Read {
+        off: usize,
+        len: usize,
+    },
     Flush,
     Snapshot,
     Reopen,
@@ -49,6 +55,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..SIZE, 2..40usize, 1..3000usize, any::<u8>())
             .prop_map(|(off, n, len, seed)| Op::Run { off, n, len, seed }),
         1 => (0..SIZE, 1..9000usize).prop_map(|(off, len)| Op::Zero { off, len: len.min(SIZE - off) }),
+        3 => (0..SIZE, 1..9000usize).prop_map(|(off, len)| Op::Read { off, len: len.min(SIZE - off) }),
         2 => Just(Op::Flush),
         1 => Just(Op::Snapshot),
         1 => Just(Op::Reopen),
@@ -121,6 +128,12 @@ proptest! {
                 Op::Zero { off, len } => {
                     head.write_zeroes(off as u64, len as u64).unwrap();
                     model[off..off + len].fill(0);
+                }
+                Op::Read { off, len } => {
+                    let mut got = vec![0u8; len];
+                    head.read_at(off as u64, &mut got).unwrap();
+                    let want = &model[off..off + len];
+                    prop_assert!(got == want, "op {i} {op:?}: {:?}", first_diff(&got, want));
                 }
                 Op::Flush => head.flush().unwrap(),
                 Op::Snapshot => {

@@ -30,6 +30,17 @@ fn lose_the_rewrite(first: &[(u64, u8)], then: &[(u64, u8)]) -> forkfs::Result<V
     lose(first, then, Loss::Cut)
 }
 
+/// A new store with a 1 MiB block volume "v" of 64 KiB blocks.
+fn fresh() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    Store::init(dir.path(), StoreConfig::default())
+        .unwrap()
+        .volumes()
+        .create("v", VolumeKind::Block, Some(1 << 20), Some(BS as u32))
+        .unwrap();
+    dir
+}
+
 /// How power loss left the unflushed end of the segment.
 enum Loss {
     /// Cut off (the file is as long as its durable part).
@@ -49,12 +60,7 @@ fn lose_writes(
     len: usize,
     loss: Loss,
 ) -> forkfs::Result<Vec<u8>> {
-    let dir = tempfile::tempdir().unwrap();
-    Store::init(dir.path(), StoreConfig::default())
-        .unwrap()
-        .volumes()
-        .create("v", VolumeKind::Block, Some(1 << 20), Some(BS as u32))
-        .unwrap();
+    let dir = fresh();
     let durable = {
         let store = Store::open(dir.path()).unwrap();
         let head = store.volumes().open_block("v").unwrap();
@@ -133,12 +139,7 @@ fn many_lost_small_rewrites_fall_back_to_the_flushed_bytes() {
 /// an error, never the older bytes.
 #[test]
 fn a_lost_flushed_span_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    Store::init(dir.path(), StoreConfig::default())
-        .unwrap()
-        .volumes()
-        .create("v", VolumeKind::Block, Some(1 << 20), Some(BS as u32))
-        .unwrap();
+    let dir = fresh();
     {
         let store = Store::open(dir.path()).unwrap();
         let head = store.volumes().open_block("v").unwrap();

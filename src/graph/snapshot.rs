@@ -72,7 +72,9 @@ impl Graph {
                 // Unsealed writes (deferred heads) may still need older segments.
                 let next = self.storage.log.rotate(rec.id)?;
                 let pending = head.block().and_then(|b| b.pending_min_segment());
-                Some(pending.map_or(next, |m| m.min(next)))
+                // Never below the floor before: segments under it are gone.
+                let now = self.storage.log_floor(rec.id)?;
+                Some(pending.map_or(next, |m| m.min(next)).max(now))
             };
             (state, clean, floor)
         };

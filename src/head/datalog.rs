@@ -118,6 +118,9 @@ struct VolumeLog {
     /// writes and now, so data missing there is damage, never a write a
     /// crash took.
     ours: BTreeSet<u64>,
+    /// Per segment, how far a sync started here covers: data below it
+    /// may be acknowledged by a flush whose marks are not written yet.
+    syncing: HashMap<u64, u64>,
 }
 
 /// An open segment to read from.
@@ -379,6 +382,11 @@ impl DataLog {
             if s.dirty.swap(false, Ordering::AcqRel) {
                 // Read before the sync: what was written by then it covers.
                 let upto = s.written();
+                {
+                    let mut vols = self.volumes.lock();
+                    let at = vols.entry(vol).or_default().syncing.entry(s.seq).or_default();
+                    *at = (*at).max(upto);
+                }
                 let synced = if self.skip_sync { Ok(()) } else { s.file.sync_data() };
                 if let Err(e) = synced {
                     s.dirty.store(true, Ordering::Release);
@@ -388,6 +396,14 @@ impl DataLog {
             }
         }
         Ok(marks)
+    }
+
+    /// How far a sync this process started covers segment `seq` of `vol`
+    /// (0: none): appends below it may be acknowledged as durable once
+    /// that sync's marks are written, whether or not they are yet.
+    pub fn sync_started(&self, vol: VolumeId, seq: u64) -> u64 {
+        let vols = self.volumes.lock();
+        vols.get(&vol).and_then(|v| v.syncing.get(&seq).copied()).unwrap_or(0)
     }
 
     /// Starts a new segment for `vol` and returns its number: the floor
@@ -414,6 +430,7 @@ impl DataLog {
             if let Some(v) = vols.get_mut(&vol) {
                 v.readers.retain(|seq, _| *seq >= floor);
                 v.ours.retain(|seq| *seq >= floor);
+                v.syncing.retain(|seq, _| *seq >= floor);
                 v.unsynced.retain(|s| s.seq >= floor);
                 if v.current.as_ref().is_some_and(|s| s.seq < floor) {
                     v.current = None;

@@ -581,16 +581,25 @@ impl Head {
         Ok(Part::Found(Some(Found::Data(Bytes::from(block)))))
     }
 
-    /// Drops what no read of `p` can need any more ([`Patch::prune`]).
+    /// Drops what no read of `p` can need any more ([`Patch::rebase`],
+    /// [`Patch::prune`]). The caller holds the gate (the floor cannot
+    /// move) and the block's stripe.
     pub(crate) fn prune_patch(&self, p: &mut Patch) -> Result<()> {
+        p.rebase(self.log_floor.load(Ordering::Acquire));
         let mut marks = std::collections::HashMap::new();
         let id = self.record.id;
         p.prune(u64::from(self.record.block_size), &mut |r| {
-            let upto = match marks.get(&r.seq) {
+            let (mark, started) = match marks.get(&r.seq) {
                 Some(m) => *m,
-                None => *marks.entry(r.seq).or_insert(self.storage.durable_mark(id, r.seq)?),
+                None => {
+                    let m = self.storage.durable_mark(id, r.seq)?.unwrap_or(0);
+                    // Read after the mark: a sync that wrote it started before.
+                    let started = self.storage.log.sync_started(id, r.seq);
+                    *marks.entry(r.seq).or_insert((m, started))
+                }
             };
-            Ok(upto.is_some_and(|u| r.offset + u64::from(r.len) <= u))
+            let end = r.offset + u64::from(r.len);
+            Ok(patch::Ack { durable: end <= mark, maybe: end <= mark.max(started) })
         })
     }
 

@@ -73,8 +73,7 @@ impl Graph {
                 let next = self.storage.log.rotate(rec.id)?;
                 let pending = head.block().and_then(|b| b.pending_min_segment());
                 // Never below the floor before: segments under it are gone.
-                let now = self.storage.log_floor(rec.id)?;
-                Some(pending.map_or(next, |m| m.min(next)).max(now))
+                Some(pending.map_or(next, |m| m.min(next)).max(head.log_floor()))
             };
             (state, clean, floor)
         };

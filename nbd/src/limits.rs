@@ -15,6 +15,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// The smallest allowed `--max-request` (and the most one can ask for).
 pub const MIN_MAX_REQUEST: u32 = 1 << 20;
 pub const MAX_MAX_REQUEST: u32 = 1 << 30;
+/// The most request threads a connection may have.
+pub const MAX_THREADS: usize = 256;
 /// Charged for every request on top of its data: the task, the reply
 /// header and chunks, so that many tiny requests are bounded too.
 pub const REQUEST_OVERHEAD: u32 = 4096;
@@ -37,6 +39,8 @@ pub struct Limits {
     pub idle_timeout: Option<Duration>,
     /// Connections at once (handshaking or attached); more are refused.
     pub max_connections: usize,
+    /// Threads per connection for queued requests (`session/workers.rs`).
+    pub threads: usize,
 }
 
 impl Limits {
@@ -48,6 +52,7 @@ impl Limits {
         handshake_timeout: Duration,
         idle_timeout: Duration,
         max_connections: usize,
+        threads: usize,
     ) -> Result<Limits, String> {
         if !(u64::from(MIN_MAX_REQUEST)..=u64::from(MAX_MAX_REQUEST)).contains(&max_request) {
             return Err(format!(
@@ -71,6 +76,9 @@ impl Limits {
         if max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
         }
+        if !(1..=MAX_THREADS).contains(&threads) {
+            return Err(format!("--threads must be between 1 and {MAX_THREADS}"));
+        }
         Ok(Limits {
             max_request: max_request as u32,
             connection_memory: connection_memory as u32,
@@ -79,6 +87,7 @@ impl Limits {
             handshake_timeout,
             idle_timeout: (!idle_timeout.is_zero()).then_some(idle_timeout),
             max_connections,
+            threads,
         })
     }
 
@@ -130,7 +139,7 @@ mod tests {
     use super::*;
 
     fn limits(conn: u64, all: u64) -> Limits {
-        Limits::new(1 << 20, conn, all, Duration::from_secs(1), Duration::ZERO, 1).unwrap()
+        Limits::new(1 << 20, conn, all, Duration::from_secs(1), Duration::ZERO, 1, 8).unwrap()
     }
 
     #[tokio::test]
@@ -154,11 +163,18 @@ mod tests {
     #[test]
     fn flags_that_cannot_work_together_are_refused_by_name() {
         let l = |req, conn, all| {
-            Limits::new(req, conn, all, Duration::from_secs(1), Duration::ZERO, 8).err()
+            Limits::new(req, conn, all, Duration::from_secs(1), Duration::ZERO, 8, 8).err()
         };
         assert!(l(512 << 10, 8 << 20, 8 << 20).unwrap().contains("--max-request"));
         assert!(l(8 << 20, 8 << 20, 64 << 20).unwrap().contains("--connection-memory"));
         assert!(l(8 << 20, 16 << 20, 8 << 20).unwrap().contains("--memory"));
         assert!(l(8 << 20, 16 << 20, 64 << 20).is_none());
+        let threads = |n| {
+            Limits::new(8 << 20, 16 << 20, 64 << 20, Duration::from_secs(1), Duration::ZERO, 8, n)
+                .err()
+        };
+        assert!(threads(0).unwrap().contains("--threads"));
+        assert!(threads(MAX_THREADS + 1).unwrap().contains("--threads"));
+        assert!(threads(MAX_THREADS).is_none());
     }
 }

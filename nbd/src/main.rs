@@ -163,6 +163,10 @@ struct LimitArgs {
     /// where the handshake allows)
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
+    /// Threads per connection running its queued requests in parallel (a
+    /// request alone on its connection runs on the connection's own thread)
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    threads: usize,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -268,6 +272,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         l.handshake_timeout,
         l.idle_timeout,
         l.max_connections,
+        l.threads,
     )
     .map_err(forkfs::Error::invalid)?;
     let dir = cli.store.unwrap_or_else(forkfs::default_store_dir);

@@ -359,6 +359,12 @@ impl Store {
         self.inner.storage.sync()
     }
 
+    /// Whether data may have to come from an object store over the network
+    /// (a read may then wait on a fetch).
+    pub fn is_remote(&self) -> bool {
+        self.remote().is_some()
+    }
+
     /// Waits until everything committed so far is in the object store
     /// (a no-op for local stores; see [`Remote::sync`]).
     pub fn sync_remote(&self) -> Result<()> {

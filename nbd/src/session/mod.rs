@@ -11,6 +11,7 @@
 
 mod encode;
 mod execute;
+mod workers;
 
 use crate::export::{Counters, Export, errno};
 use crate::limits::{Budget, Charge, Limits, REQUEST_OVERHEAD, STATUS_REPLY};
@@ -23,12 +24,15 @@ use encode::{encode, reply_error};
 use execute::{execute, validate};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
+use workers::Workers;
 
 /// A write payload over the limit is read and dropped up to this size
 /// (so the connection stays in sync); beyond it the connection closes.
 const MAX_DISCARD: u64 = 256 << 20;
+/// Bytes read from the socket at a time.
+const READ_BUFFER: usize = 64 << 10;
 /// After a stop, how long replies already computed may take to reach a
 /// client that does not read them before the connection is dropped.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -89,7 +93,10 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let contexts = Arc::new(contexts);
-    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (rd, mut wr) = tokio::io::split(stream);
+    // Buffered: headers and small payloads take no read call each, and
+    // what is buffered says whether more requests are waiting.
+    let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     // Unbounded as a queue, bounded by the charges its frames carry.
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
     let mut writer = tokio::spawn(async move {
@@ -106,14 +113,14 @@ where
         wr.flush().await?;
         Ok::<_, std::io::Error>(wr)
     });
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = Workers::new(cfg.limits.threads);
     let budget = cfg.limits.budget();
     let conn = Conn { export: export.clone(), structured, contexts, client, cfg, tx, budget };
     // However the loop ends, the requests in flight finish first: a
     // connection is over only when nothing of it can still touch the disk.
     // They never wait for the socket, so this ends.
     let ended = requests(&mut rd, &conn, &mut tasks, stop).await;
-    while tasks.join_next().await.is_some() {}
+    tasks.finish().await;
     drop(conn);
     // A client that does not read its replies holds the writer; a stop
     // gives it STOP_GRACE, then drops them.
@@ -220,9 +227,9 @@ fn cost(req: &Request, max_request: u32) -> u32 {
 /// Reads requests and starts each as a task until the connection ends;
 /// `Ok(true)` after NBD_CMD_DISC.
 async fn requests<R: AsyncRead + Unpin>(
-    rd: &mut R,
+    rd: &mut BufReader<R>,
     conn: &Conn,
-    tasks: &mut tokio::task::JoinSet<()>,
+    tasks: &mut Workers,
     stop: &mut watch::Receiver<bool>,
 ) -> std::io::Result<bool> {
     let Conn { export, structured, contexts, client, cfg, tx, budget } = conn;
@@ -276,49 +283,85 @@ async fn requests<R: AsyncRead + Unpin>(
         // Recorded only now that nothing can wait any more: a FLUSH on
         // another connection waits for the writes that arrived before it.
         let mutating = matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes);
-        let arrival = export.arrive(mutating);
-        let (ex, ctx, tx, cfg) = (export.clone(), contexts.clone(), tx.clone(), cfg.clone());
-        let client = client.clone();
-        let arrived = std::time::Instant::now();
-        tasks.spawn(async move {
-            let ex2 = ex.clone();
-            let res = tokio::task::spawn_blocking(move || {
-                let fail = |e: forkfs::Error| (errno(&e), e.to_string());
-                if let (Command::Flush, Some(a)) = (req.command, &arrival) {
-                    ex2.wait_for_earlier_writes(a).map_err(fail)?;
-                }
-                let _op = ex2.begin(client.as_ref()).map_err(fail)?;
-                let _touch = touches(&req).and_then(|write| {
-                    ex2.touch(client.as_ref(), write, req.offset, u64::from(req.length))
-                });
-                let out = execute(&ex2, &req, payload, &ctx);
-                drop(arrival);
-                out
-            })
-            .await;
-            let res = res.unwrap_or_else(|e| Err((Errno::Io, format!("request task failed: {e}"))));
-            ex.latency.observe(req.command, arrived.elapsed());
-            match res {
-                Ok(out) => {
-                    let _ = tx.send((encode(&req, structured, out), charge));
-                    if req.command == Command::Flush {
-                        let ex = ex.clone();
-                        tokio::task::spawn_blocking(move || {
-                            if let Err(e) = ex.checkpoint(cfg.checkpoint_after_flush) {
-                                tracing::warn!(export = %ex.name, error = %e, "checkpoint after flush failed");
-                            }
-                        });
-                    }
-                }
-                Err((e, msg)) => {
-                    Counters::add(&ex.counters.errors, 1);
-                    tracing::debug!(export = %ex.name, error = %msg, "request failed");
-                    reply_error(&tx, charge, &req, structured, e, &msg);
+        let quick = export.is_quick(req.command);
+        let job = Job {
+            arrival: export.arrive(mutating),
+            arrived: std::time::Instant::now(),
+            ex: export.clone(),
+            ctx: contexts.clone(),
+            tx: tx.clone(),
+            cfg: cfg.clone(),
+            client: client.clone(),
+            structured,
+            req,
+            payload,
+            charge,
+        };
+        // A quick request alone on its connection (nothing in flight,
+        // nothing more received) runs here, on the connection's thread: no
+        // hand-off to another thread and back, the cost that dominated a
+        // queue depth of 1. Anything else, and anything that may wait
+        // long (a FLUSH, a fetch) and so hold up requests sent behind it,
+        // runs on a request thread, in parallel.
+        if tasks.pending() == 0 && rd.buffer().is_empty() && quick {
+            job.run();
+        } else {
+            tasks.submit(job);
+        }
+    }
+}
+
+/// One admitted, validated request and what it needs to run and reply.
+struct Job {
+    ex: Arc<Export>,
+    ctx: Arc<Vec<MetaContext>>,
+    tx: mpsc::UnboundedSender<Frame>,
+    cfg: SessionConfig,
+    client: Option<Client>,
+    structured: bool,
+    req: Request,
+    payload: Vec<u8>,
+    charge: Charge,
+    /// Held until the request ran: a FLUSH waits for the writes before it.
+    arrival: Option<crate::persist::Arrival>,
+    arrived: std::time::Instant,
+}
+
+impl Job {
+    /// Runs the request (blocking) and queues its reply for the writer.
+    fn run(self) {
+        let Job { ex, ctx, tx, cfg, client, structured, req, payload, charge, arrival, arrived } =
+            self;
+        let fail = |e: forkfs::Error| (errno(&e), e.to_string());
+        let res = (|| {
+            if let (Command::Flush, Some(a)) = (req.command, &arrival) {
+                ex.wait_for_earlier_writes(a).map_err(fail)?;
+            }
+            let _op = ex.begin(client.as_ref()).map_err(fail)?;
+            let _touch = touches(&req).and_then(|write| {
+                ex.touch(client.as_ref(), write, req.offset, u64::from(req.length))
+            });
+            execute(&ex, &req, payload, &ctx)
+        })();
+        drop(arrival);
+        ex.latency.observe(req.command, arrived.elapsed());
+        match res {
+            Ok(out) => {
+                let _ = tx.send((encode(&req, structured, out), charge));
+                if req.command == Command::Flush {
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = ex.checkpoint(cfg.checkpoint_after_flush) {
+                            tracing::warn!(export = %ex.name, error = %e, "checkpoint after flush failed");
+                        }
+                    });
                 }
             }
-        });
-        // Reap finished tasks so the set does not grow without bound.
-        while tasks.try_join_next().is_some() {}
+            Err((e, msg)) => {
+                Counters::add(&ex.counters.errors, 1);
+                tracing::debug!(export = %ex.name, error = %msg, "request failed");
+                reply_error(&tx, charge, &req, structured, e, &msg);
+            }
+        }
     }
 }
 

@@ -260,3 +260,74 @@ except nbd.Error as e:
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The server's threads named `name` (`/proc/PID/task/*/comm`).
+fn threads_named(srv: &Server, name: &str) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", srv.pid())).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == name)
+        .count()
+}
+
+/// Waits up to 10 s for `f` to hold.
+fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// 200 READs of 1 MiB of random data pipelined on each of two
+/// connections: each connection gets one thread of its own and runs its
+/// queue on `--threads` request threads, all of which the queue puts to
+/// work, never more; the threads end with their connection. The negative
+/// control is a larger `--threads`, which the same queue fills: the count
+/// seen is the limit's, not the load's.
+#[test]
+fn queued_requests_run_on_at_most_threads_threads_which_end_with_the_connection() {
+    let mut srv = Server::create(&[("disk", 64 * MIB)]);
+    costly_replies(&mut srv, 64 * MIB);
+    for threads in [3usize, 6] {
+        let _ = std::fs::remove_file(srv.path("server.log"));
+        let n = threads.to_string();
+        srv.spawn(&["--listen", "127.0.0.1:0", "--threads", &n, "--connection-memory", "1GiB"]);
+        let addr = srv.tcp_addr();
+        let mut socks: Vec<TcpStream> =
+            (0..2).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+        for s in &mut socks {
+            attach(s, "disk");
+            let reqs: Vec<u8> =
+                (0..200u64).flat_map(|i| request(0, i, (i % 63) * MIB, MIB as u32)).collect();
+            s.write_all(&reqs).unwrap();
+        }
+        let mut peak = 0;
+        let full = eventually(|| {
+            peak = peak.max(threads_named(&srv, "forkfs-nbd-req"));
+            peak >= 2 * threads
+        });
+        assert_eq!(threads_named(&srv, "forkfs-nbd-conn"), 2, "{}", srv.log());
+        let mut data = vec![0u8; MIB as usize];
+        for s in &mut socks {
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            for _ in 0..200 {
+                let (err, _) = simple_reply(s);
+                assert_eq!(err, 0, "{}", srv.log());
+                s.read_exact(&mut data).unwrap();
+            }
+        }
+        let after = threads_named(&srv, "forkfs-nbd-req");
+        assert!(full, "the queues should fill {threads} threads each: at most {peak} seen");
+        assert_eq!(after, 2 * threads, "more request threads than --threads {threads}: {after}");
+        drop(socks);
+        let gone = eventually(|| {
+            threads_named(&srv, "forkfs-nbd-conn") + threads_named(&srv, "forkfs-nbd-req") == 0
+        });
+        assert!(gone, "threads outlived their connections\n{}", srv.log());
+        assert!(srv.stop().success(), "{}", srv.log());
+    }
+}

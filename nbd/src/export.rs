@@ -7,7 +7,7 @@
 use crate::changed::{ChangedCache, Ranges};
 use crate::persist::clients::{Client, Peer};
 use crate::persist::{End, Mode, Persistence, Touch};
-use crate::proto::{Command, Errno, OptionReplyType};
+use crate::proto::{CmdFlags, Command, Errno, OptionReplyType, Request};
 use forkfs::{
     BlockHead, ErrorKind, Opened, SnapshotOptions, Store, Target, VersionRecord, VolumeKind,
 };
@@ -201,17 +201,19 @@ impl Export {
         self.persist.as_ref().map(|p| p.attach(peer))
     }
 
-    /// Records a received request's arrival (live exports; see
-    /// [`Persistence::arrive`]).
-    /// Whether `command` runs in the time of a local disk access: reads,
-    /// writes and zeroing on a local store; not a FLUSH (an fsync), a
-    /// BLOCK_STATUS (which may diff versions) nor anything a remote store
-    /// may fetch for.
-    pub fn is_quick(&self, command: Command) -> bool {
+    /// Whether `req` runs in the time of a local disk access: reads,
+    /// writes and zeroing on a local store without FUA; not a FLUSH or a
+    /// FUA request (an fsync), a BLOCK_STATUS (which may diff versions)
+    /// nor anything a remote store may fetch for.
+    pub fn is_quick(&self, req: &Request) -> bool {
         use Command::*;
-        matches!(command, Read | Write | Trim | WriteZeroes | Cache) && !self.store.is_remote()
+        matches!(req.command, Read | Write | Trim | WriteZeroes | Cache)
+            && !req.flags.contains(CmdFlags::FUA)
+            && !self.store.is_remote()
     }
 
+    /// Records a received request's arrival (live exports; see
+    /// [`Persistence::arrive`]).
     pub fn arrive(&self, write: bool) -> Option<crate::persist::Arrival> {
         self.persist.as_ref().map(|p| p.arrive(write))
     }

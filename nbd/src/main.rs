@@ -164,7 +164,8 @@ struct LimitArgs {
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
     /// Threads per connection running its queued requests in parallel (a
-    /// request alone on its connection runs on the connection's own thread)
+    /// quick request alone on its connection runs on the connection's own
+    /// thread)
     #[arg(long, default_value_t = 8, value_name = "N")]
     threads: usize,
 }

@@ -221,10 +221,11 @@ impl Socket for tokio::net::UnixStream {
 /// Starts serving (or refusing) an accepted connection.
 ///
 /// A served connection gets a thread of its own running a single-threaded
-/// runtime: its reader, writer and requests run there, and a request alone
-/// on the connection runs without leaving it (`session/mod.rs`). A
-/// request in a queue goes to that runtime's blocking threads, and its
-/// reply comes back to one thread. On the shared runtime each request
+/// runtime: its handshake, reader and writer run there, and a quick
+/// request (no fsync, no fetch) alone on the connection runs without
+/// leaving it (`session/mod.rs`). Queued requests go to the connection's
+/// request threads (`session/workers.rs`), and their replies come back to
+/// one thread. On the shared runtime each request
 /// crossed three or four threads, and those wake-ups were most of a
 /// 4 KiB request's time. The shared runtime keeps accepting, refusals,
 /// timers and the drain at shutdown, which waits for each thread's end.

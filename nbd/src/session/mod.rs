@@ -1,5 +1,7 @@
 //! The transmission phase of one connection: requests are read in a loop
-//! and each runs as its own task (replies go out in completion order).
+//! on the connection's thread; a quick one alone on the connection runs
+//! there, the others on the connection's request threads (`workers.rs`),
+//! and replies go out in completion order.
 //! Every request is charged to the connection's and the server's memory
 //! budget (`limits.rs`) before its payload is read, and the charge goes
 //! with its reply to the writer, which releases it once the bytes are on
@@ -224,7 +226,7 @@ fn cost(req: &Request, max_request: u32) -> u32 {
     data + REQUEST_OVERHEAD
 }
 
-/// Reads requests and starts each as a task until the connection ends;
+/// Reads requests and runs or queues each until the connection ends;
 /// `Ok(true)` after NBD_CMD_DISC.
 async fn requests<R: AsyncRead + Unpin>(
     rd: &mut BufReader<R>,
@@ -283,7 +285,7 @@ async fn requests<R: AsyncRead + Unpin>(
         // Recorded only now that nothing can wait any more: a FLUSH on
         // another connection waits for the writes that arrived before it.
         let mutating = matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes);
-        let quick = export.is_quick(req.command);
+        let quick = export.is_quick(&req);
         let job = Job {
             arrival: export.arrive(mutating),
             arrived: std::time::Instant::now(),
@@ -333,7 +335,7 @@ impl Job {
         let Job { ex, ctx, tx, cfg, client, structured, req, payload, charge, arrival, arrived } =
             self;
         let fail = |e: forkfs::Error| (errno(&e), e.to_string());
-        let res = (|| {
+        let run = || {
             if let (Command::Flush, Some(a)) = (req.command, &arrival) {
                 ex.wait_for_earlier_writes(a).map_err(fail)?;
             }
@@ -342,7 +344,19 @@ impl Job {
                 ex.touch(client.as_ref(), write, req.offset, u64::from(req.length))
             });
             execute(&ex, &req, payload, &ctx)
-        })();
+        };
+        // A bug that panics fails its request with EIO, as a task's panic
+        // did: it must not take down the connection's thread (whose end
+        // detaches the client) or a request thread (whose queue would stop).
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(export = %ex.name, panic = %what, "a request panicked");
+            Err((Errno::Io, format!("internal error: {what}")))
+        });
         drop(arrival);
         ex.latency.observe(req.command, arrived.elapsed());
         match res {

@@ -1,9 +1,10 @@
-//! A connection's request threads: a few threads that take queued
-//! requests from one channel, started as the queue needs them. A thread
-//! that finds another request waiting runs it without sleeping, so a deep
-//! queue costs no wake-up per request; tokio's blocking pool grew a
-//! thread per request in flight (32 at a queue depth of 32), which spent
-//! more time waking and parking on 2 cores than running requests.
+//! A connection's request threads: at most `--threads` threads that take
+//! queued requests from one channel, started as the queue needs them and
+//! ended with the connection. A thread that finds another request waiting
+//! runs it without sleeping, so a deep queue costs no wake-up per request;
+//! tokio's blocking pool grew a thread per request in flight (32 at a
+//! queue depth of 32), which spent more time waking and parking on 2 cores
+//! than running requests.
 
 use super::Job;
 use std::sync::Arc;
@@ -13,8 +14,6 @@ use std::thread::JoinHandle;
 pub(super) struct Workers {
     tx: crossbeam::channel::Sender<Job>,
     rx: crossbeam::channel::Receiver<Job>,
-    /// Threads waiting for a request.
-    idle: Arc<AtomicUsize>,
     /// Requests queued or running.
     pending: Arc<AtomicUsize>,
     threads: Vec<JoinHandle<()>>,
@@ -24,8 +23,7 @@ pub(super) struct Workers {
 impl Workers {
     pub(super) fn new(max: usize) -> Workers {
         let (tx, rx) = crossbeam::channel::unbounded();
-        let (idle, pending) = Default::default();
-        Workers { tx, rx, idle, pending, threads: Vec::new(), max: max.max(1) }
+        Workers { tx, rx, pending: Arc::default(), threads: Vec::new(), max: max.max(1) }
     }
 
     /// Requests queued or running.
@@ -33,25 +31,23 @@ impl Workers {
         self.pending.load(Ordering::Acquire)
     }
 
-    /// Queues a request; a thread is started for it if none is waiting
-    /// and there are fewer than the maximum. Without a thread (none could
-    /// be started) it runs here.
+    /// Queues a request; a thread is started for it when every thread has
+    /// a request already (queued or running: a thread about to wake for a
+    /// queued one is not free) and there are fewer than the maximum.
+    /// Without any thread (none could be started) it runs here.
     pub(super) fn submit(&mut self, job: Job) {
-        if self.idle.load(Ordering::Acquire) == 0 && self.threads.len() < self.max {
-            let (rx, idle, pending) = (self.rx.clone(), self.idle.clone(), self.pending.clone());
+        if self.pending() >= self.threads.len() && self.threads.len() < self.max {
+            let (rx, pending) = (self.rx.clone(), self.pending.clone());
             let rt = tokio::runtime::Handle::current();
             let spawned =
                 std::thread::Builder::new().name("forkfs-nbd-req".into()).spawn(move || {
                     // Requests may start blocking tasks (the checkpoint after a
                     // flush) on the connection's runtime.
                     let _rt = rt.enter();
-                    loop {
-                        idle.fetch_add(1, Ordering::AcqRel);
-                        let job = rx.recv();
-                        idle.fetch_sub(1, Ordering::AcqRel);
-                        let Ok(job) = job else { return };
+                    while let Ok(job) = rx.recv() {
+                        // Counted down however the request ends.
+                        let _done = Done(&pending);
                         job.run();
-                        pending.fetch_sub(1, Ordering::AcqRel);
                     }
                 });
             match spawned {
@@ -78,5 +74,14 @@ impl Workers {
             }
         })
         .await;
+    }
+}
+
+/// Counts a request as no longer pending when dropped.
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

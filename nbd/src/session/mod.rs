@@ -33,6 +33,8 @@ use workers::Workers;
 /// A write payload over the limit is read and dropped up to this size
 /// (so the connection stays in sync); beyond it the connection closes.
 const MAX_DISCARD: u64 = 256 << 20;
+/// Bytes of small replies gathered into one write.
+const WRITE_BUFFER: usize = 16 << 10;
 /// Bytes read from the socket at a time.
 const READ_BUFFER: usize = 64 << 10;
 /// After a stop, how long replies already computed may take to reach a
@@ -95,10 +97,14 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let contexts = Arc::new(contexts);
-    let (rd, mut wr) = tokio::io::split(stream);
+    let (rd, wr) = tokio::io::split(stream);
     // Buffered: headers and small payloads take no read call each, and
     // what is buffered says whether more requests are waiting.
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
+    // Small replies queued together go out in one write (a reply larger
+    // than the buffer is written straight from its pieces); the buffer is
+    // flushed whenever the queue is empty.
+    let mut wr = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, wr);
     // Unbounded as a queue, bounded by the charges its frames carry.
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
     let mut writer = tokio::spawn(async move {

@@ -298,7 +298,7 @@ async fn requests<R: AsyncRead + Unpin>(
             ex: export.clone(),
             ctx: contexts.clone(),
             tx: tx.clone(),
-            cfg: cfg.clone(),
+            checkpoint_after_flush: cfg.checkpoint_after_flush,
             client: client.clone(),
             structured,
             req,
@@ -311,7 +311,7 @@ async fn requests<R: AsyncRead + Unpin>(
         // queue depth of 1. Anything else, and anything that may wait
         // long (a FLUSH, a fetch) and so hold up requests sent behind it,
         // runs on a request thread, in parallel.
-        if tasks.pending() == 0 && rd.buffer().is_empty() && quick {
+        if quick && tasks.pending() == 0 && rd.buffer().is_empty() {
             job.run();
         } else {
             tasks.submit(job);
@@ -324,7 +324,8 @@ struct Job {
     ex: Arc<Export>,
     ctx: Arc<Vec<MetaContext>>,
     tx: mpsc::UnboundedSender<Frame>,
-    cfg: SessionConfig,
+    /// A FLUSH's reply is followed by a checkpoint at most this often.
+    checkpoint_after_flush: Duration,
     client: Option<Client>,
     structured: bool,
     req: Request,
@@ -338,8 +339,19 @@ struct Job {
 impl Job {
     /// Runs the request (blocking) and queues its reply for the writer.
     fn run(self) {
-        let Job { ex, ctx, tx, cfg, client, structured, req, payload, charge, arrival, arrived } =
-            self;
+        let Job {
+            ex,
+            ctx,
+            tx,
+            checkpoint_after_flush,
+            client,
+            structured,
+            req,
+            payload,
+            charge,
+            arrival,
+            arrived,
+        } = self;
         let fail = |e: forkfs::Error| (errno(&e), e.to_string());
         let run = || {
             if let (Command::Flush, Some(a)) = (req.command, &arrival) {
@@ -370,7 +382,7 @@ impl Job {
                 let _ = tx.send((encode(&req, structured, out), charge));
                 if req.command == Command::Flush {
                     tokio::task::spawn_blocking(move || {
-                        if let Err(e) = ex.checkpoint(cfg.checkpoint_after_flush) {
+                        if let Err(e) = ex.checkpoint(checkpoint_after_flush) {
                             tracing::warn!(export = %ex.name, error = %e, "checkpoint after flush failed");
                         }
                     });

@@ -168,11 +168,11 @@ impl BlockMap<'_> {
     }
 
     /// The block entries that write `data` (zeros if `None`) over `len`
-    /// bytes at `offset`: whole blocks are logged as they are; a partial
-    /// block of a block volume's map is a span added to its patch
-    /// (`patch.rs`), any other (a file's block, a zeroed part, a full
-    /// patch's) is read, patched and logged whole. The caller holds the
-    /// blocks' stripes.
+    /// bytes at `offset`: whole blocks are logged as they are; data for
+    /// part of a block (of a block volume's map or of a file) is a span
+    /// added to its patch (`patch.rs`); zeros for part of one, or data
+    /// for a full patch's, read, patch and log the whole block. The
+    /// caller holds the blocks' stripes.
     pub(crate) fn patch_entries(
         &self,
         offset: u64,
@@ -241,15 +241,17 @@ impl BlockMap<'_> {
     }
 
     /// The patch a write of part of block `idx` adds its span to, if it
-    /// may (see `patch.rs`): blocks of block volumes, while the patch has
-    /// room; `None`: the write logs the whole block. The caller holds the
-    /// block's stripe.
+    /// may (see `patch.rs`): blocks of a block volume's map or of a file,
+    /// while the patch has room; `None`: the write logs the whole block.
+    /// The caller holds the block's stripe.
     fn patchable(&self, idx: u64) -> Result<Option<Patch>> {
         let head = self.view.head()?;
-        if self.space != Space::Root || head.block().is_none() {
-            return Ok(None);
-        }
-        let patch = Patch::over(head.block_entry(idx)?);
+        let cur = match (self.space, head.block()) {
+            (Space::Root, Some(_)) => head.block_entry(idx)?,
+            (Space::File, None) => head.overlay().get(Space::File, self.owner, idx)?,
+            _ => return Ok(None),
+        };
+        let patch = Patch::over(cur);
         Ok(patch.has_room().then_some(patch))
     }
 

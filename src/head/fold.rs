@@ -65,12 +65,12 @@ impl Head {
 
     /// Turns a dirty entry into a map update (`None`: no update), storing
     /// data as a chunk. All-zero data becomes a delete: absent blocks read as zeros.
-    /// `base` is a block volume's root map, which a patch reads (only
-    /// block volumes have patches).
+    /// `base` is the map a patch's spans lie over (a block volume's root
+    /// map, a file's blocks); no other map has patches.
     fn resolve(&self, d: Dirty, key: u64, base: Option<MapRoot>) -> Result<Option<Option<Bytes>>> {
         Ok(match d {
             Dirty::Patch(_) if base.is_none() => {
-                return Err(Error::corrupt("a patch entry outside a block volume's map"));
+                return Err(Error::corrupt("a patch entry outside a map of blocks"));
             }
             Dirty::Patch(p) => match self.read_patch(&p, key, base.expect("checked"), None)? {
                 super::Part::Found(Some(super::Found::Data(data))) => {
@@ -106,7 +106,7 @@ impl Head {
         // Sub-maps (directories, file blocks) first, then the inode records
         // that point at their new roots.
         let mut inode_ups: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
-        let mut groups: BTreeMap<(Space, u64), Vec<Update>> = BTreeMap::new();
+        let mut groups: BTreeMap<(Space, u64), Vec<(u64, Dirty)>> = BTreeMap::new();
         self.overlay().for_each(&mut |e| {
             match e.space {
                 Space::Root => {
@@ -117,15 +117,11 @@ impl Head {
                 // Root entries come first: entries of an inode deleted
                 // since the last checkpoint are skipped, not stored.
                 _ if matches!(inode_ups.get(&e.owner), Some(None)) => {}
-                s => {
-                    if let Some(u) = self.resolve(e.dirty, e.key, None)? {
-                        groups.entry((s, e.owner)).or_default().push((e.key, u));
-                    }
-                }
+                s => groups.entry((s, e.owner)).or_default().push((e.key, e.dirty)),
             }
             Ok(())
         })?;
-        for ((space, ino), ups) in groups {
+        for ((space, ino), entries) in groups {
             let current = match inode_ups.get(&ino) {
                 Some(Some(v)) => v.clone(),
                 Some(None) => continue, // skipped above; kept for safety
@@ -136,6 +132,15 @@ impl Head {
             };
             let mut inode = Inode::decode(&current)?;
             let sub = inode.content_root(space)?;
+            // A file's patches lay their spans over its blocks as this
+            // root has them (the root its writers read).
+            let patched = (space == Space::File).then_some(sub);
+            let mut ups = Vec::with_capacity(entries.len());
+            for (key, d) in entries {
+                if let Some(u) = self.resolve(d, key, patched)? {
+                    ups.push((key, u));
+                }
+            }
             let new_sub = self.map().apply(sub, &ups)?;
             inode.set_content_root(space, new_sub)?;
             inode_ups.insert(ino, Some(Bytes::from(inode.encode())));

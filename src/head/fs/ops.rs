@@ -530,8 +530,8 @@ pub(super) fn regular(inode: Inode) -> Result<Inode> {
 }
 
 /// Writes `data` at `offset` into the (still empty) block map of a file
-/// whose bytes so far are the inline `old`: the blocks holding `old` are
-/// written whole, so nothing reads them back before the batch lands.
+/// whose bytes so far are the inline `old`: the inline bytes and the data
+/// go in as their own bytes (spans, see `head/patch.rs`), not as blocks.
 fn write_over_inline(
     map: &BlockMap<'_>,
     batch: &mut rocksdb::WriteBatch,
@@ -539,21 +539,19 @@ fn write_over_inline(
     offset: u64,
     data: &[u8],
 ) -> Result<()> {
-    let bs = map.block_size;
-    let head_end = (old.len() as u64).div_ceil(bs) * bs;
-    let end = offset + data.len() as u64;
-    let mut head = old.to_vec();
-    head.resize(head_end as usize, 0);
+    let head_end = (old.len() as u64).div_ceil(map.block_size) * map.block_size;
     if offset < head_end {
-        let upto = end.min(head_end);
-        head[offset as usize..upto as usize].copy_from_slice(&data[..(upto - offset) as usize]);
+        // One write: two to the same block in one batch would not see
+        // each other (each reads the block's entry from the store).
+        let mut buf = old.to_vec();
+        let end = offset as usize + data.len();
+        buf.resize(buf.len().max(end), 0);
+        buf[offset as usize..end].copy_from_slice(data);
+        return map.write(batch, 0, &buf);
     }
-    map.write(batch, 0, &head)?;
-    if end > head_end {
-        let from = offset.max(head_end);
-        map.write(batch, from, &data[(from - offset) as usize..])?;
-    }
-    Ok(())
+    // The blocks the data starts in and after hold nothing of the inline bytes.
+    map.write(batch, 0, old)?;
+    map.write(batch, offset, data)
 }
 
 /// Sets a file's size, moving inline bytes to blocks or dropping blocks.

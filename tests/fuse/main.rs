@@ -18,6 +18,7 @@ mod mount_errno;
 mod mount_fsx;
 mod mount_group;
 mod mount_handles;
+mod mount_killpriv;
 mod mount_lifecycle;
 mod mount_posix;
 mod mount_postgres;

@@ -482,33 +482,3 @@ fn overlayfs_uses_the_workspace_as_its_upper_directory() {
         assert!(changed.iter().any(|p| p.trim_start_matches('/') == f), "{f} in {changed:?}");
     }
 }
-
-/// A write, truncate or fallocate by an unprivileged user clears the
-/// set-user-ID and set-group-ID bits, as on ext4 (measured beside it).
-#[test]
-fn setid_bits_clear_when_another_user_writes_as_on_ext4() {
-    use std::os::unix::fs::PermissionsExt;
-    require_tool("su");
-    require_tool("fallocate");
-    let (_d, store) = new_store();
-    let m = Mounted::new(&store, "setid", &[]);
-    let ext4 = crate::common::mount::ext4_reference_dir();
-    let modes = |dir: &Path| -> Vec<u32> {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let ops = ["echo more >> F", "truncate -s 100 F", "fallocate -l 1M F"];
-        ops.iter()
-            .enumerate()
-            .map(|(i, op)| {
-                let f = dir.join(format!("f{i}"));
-                std::fs::write(&f, b"x").unwrap();
-                std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o6777)).unwrap();
-                let cmd = op.replace('F', f.to_str().unwrap());
-                run(Command::new("su").args(["nobody", "-s", "/bin/sh", "-c", &cmd]));
-                std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777
-            })
-            .collect()
-    };
-    let (native, ours) = (modes(ext4.path()), modes(m.dir()));
-    assert_eq!(native, [0o777; 3], "ext4 itself (the reference)");
-    assert_eq!(ours, native, "write, truncate, fallocate by another user");
-}

@@ -154,6 +154,25 @@ impl Inode {
             || now.secs.saturating_sub(self.atime.secs) >= DAY
     }
 
+    /// What a write, a truncation or a change of owner takes from a
+    /// regular file, as Linux takes it: its file capabilities
+    /// (`security.capability`) always; with `suidgid` (the caller lacks
+    /// CAP_FSETID, or the owner changes) set-user-ID, and set-group-ID
+    /// when group execute is set (without it the bit marks mandatory
+    /// locking, which stays).
+    pub fn kill_privs(&mut self, suidgid: bool) {
+        if self.kind != FileKind::File {
+            return;
+        }
+        self.xattrs.retain(|(k, _)| &k[..] != b"security.capability");
+        if suidgid {
+            self.perm &= !0o4000;
+            if self.perm & 0o010 != 0 {
+                self.perm &= !0o2000;
+            }
+        }
+    }
+
     /// EPERM if the inode is immutable or append-only (what may not
     /// happen to either: removing or renaming it, changing its attributes,
     /// rewriting its data or, for a directory, removing its names).

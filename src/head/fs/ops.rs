@@ -29,6 +29,11 @@ pub struct SetAttr {
     /// The times given are "now" (utimensat's UTIME_NOW, `touch`), not
     /// chosen by the caller.
     pub times_now: bool,
+    /// A regular file loses set-user-ID and set-group-ID (see
+    /// [`Inode::kill_privs`]), as by a truncation or write by a caller
+    /// without CAP_FSETID. A change of owner without a mode takes them
+    /// regardless, as on Linux.
+    pub kill_suidgid: bool,
 }
 
 /// A new inode's type and attributes.
@@ -112,6 +117,20 @@ impl FsHead {
 
     /// Writes file bytes at `offset`, growing the file as needed.
     pub fn write_file(&self, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_file_as(ino, offset, data, false)
+    }
+
+    /// [`FsHead::write_file`] by a caller that may not keep a file's
+    /// set-user-ID and set-group-ID (`kill_suidgid`: it lacks
+    /// CAP_FSETID; see [`Inode::kill_privs`]). Any write takes the file's
+    /// capabilities.
+    pub fn write_file_as(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> Result<()> {
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|e| *e <= FILE_MAX)
@@ -147,6 +166,7 @@ impl FsHead {
                 _ => return Err(Error::corrupt(format!("file {ino} has no data content"))),
             }
             inode.size = new_size;
+            inode.kill_privs(kill_suidgid);
             (inode.mtime, inode.ctime) = (t.now, t.now);
             t.put(inode);
             Ok(())
@@ -171,6 +191,13 @@ impl FsHead {
             if let Some(size) = attr.size {
                 resize(self, t, &mut inode, size)?;
                 inode.mtime = t.now;
+                inode.kill_privs(attr.kill_suidgid);
+            } else if attr.kill_suidgid {
+                inode.kill_privs(true);
+            }
+            let chown = attr.uid.is_some() || attr.gid.is_some();
+            if chown && attr.perm.is_none() {
+                inode.kill_privs(true);
             }
             if let Some(p) = attr.perm {
                 inode.perm = p & 0o7777;

@@ -23,6 +23,11 @@ use std::time::{Duration, SystemTime};
 /// volume's only writer, and a restore drops the caches it replaces.
 const TTL: Duration = Duration::from_secs(60);
 
+/// A close of a file sends no FLUSH: writes are in the store when they
+/// are acknowledged, and POSIX locks are the kernel's (none are kept
+/// here), so a FLUSH had nothing to do but cost a round trip per close.
+const NO_FLUSH: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
+
 pub struct Fuse {
     pub ws: Arc<Workspace>,
 }
@@ -75,6 +80,20 @@ impl Fuse {
 
     fn set_attr(&self, ino: u64, a: SetAttr) -> Result<Inode, Error> {
         self.ws.head()?.set_attr(self.ws.own(ino)?, &a)
+    }
+
+    /// How the kernel may cache the listing of directory `i`: across
+    /// opens (FOPEN_CACHE_DIR with FOPEN_KEEP_CACHE) for the workspace's
+    /// own directories, whose listings change only through this mount
+    /// (the kernel drops the cache when it changes one) or by a restore
+    /// (which drops the inodes it changed, see `invalidate`); not while
+    /// the listing must record an access time (it has to reach the
+    /// mount), and not for `.forkfs`, whose listings change with versions.
+    fn dir_cache(&self, ino: u64, i: &Inode) -> FopenFlags {
+        match self.ws.own(ino).is_ok() && !self.ws.access_due(ino, i) {
+            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            false => FopenFlags::empty(),
+        }
     }
 }
 
@@ -307,7 +326,7 @@ impl Filesystem for Fuse {
                 true => FopenFlags::empty(),
                 false => FopenFlags::FOPEN_KEEP_CACHE,
             };
-            reply.opened(FileHandle(self.ws.open(ino.0)), cache)
+            reply.opened(FileHandle(self.ws.open(ino.0)), cache | NO_FLUSH)
         })
     }
 
@@ -441,6 +460,7 @@ impl Filesystem for Fuse {
         answer!(reply, r, |n| reply.written(n as u32))
     }
 
+    /// Not sent for files (see [`NO_FLUSH`]): a close has nothing to do here.
     fn flush(
         &self,
         _req: &Request,
@@ -491,7 +511,10 @@ impl Filesystem for Fuse {
         answer!(reply, self.ws.stat(ino.0), |(i, _)| match i.kind {
             // Counted like an open file: a directory removed while open
             // stays (an orphan) until this handle's releasedir.
-            FileKind::Dir => reply.opened(FileHandle(self.ws.open(ino.0)), FopenFlags::empty()),
+            FileKind::Dir => {
+                let flags = self.dir_cache(ino.0, &i);
+                reply.opened(FileHandle(self.ws.open(ino.0)), flags)
+            }
             _ => reply.error(Errno::ENOTDIR),
         })
     }
@@ -619,7 +642,7 @@ impl Filesystem for Fuse {
                 &self.attr_of(&i),
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                FopenFlags::FOPEN_KEEP_CACHE | NO_FLUSH,
             )
         })
     }

@@ -268,6 +268,39 @@ fn versions_taken_diffed_and_restored_while_mounted() {
     assert_eq!(std::fs::create_dir(v.path("d")).unwrap_err().raw_os_error(), Some(libc::EROFS));
 }
 
+/// Listings the kernel keeps across opens (FOPEN_CACHE_DIR; with
+/// noatime no listing has to reach the mount) follow changes made through
+/// the mount and restores, which drop the listings they change.
+#[test]
+fn cached_listings_follow_changes_and_restores() {
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "lists", &["--checkpoint-every", "0", "-o", "noatime"]);
+    std::fs::create_dir(m.path("d")).unwrap();
+    for n in ["a", "b"] {
+        std::fs::write(m.path("d").join(n), b"x").unwrap();
+    }
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(m.path("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    for _ in 0..3 {
+        assert_eq!(names(), ["a", "b"]);
+    }
+    ok(&store, &["snapshot", "lists", "--name", "two"]);
+    std::fs::write(m.path("d/c"), b"x").unwrap();
+    std::fs::remove_file(m.path("d/a")).unwrap();
+    for _ in 0..3 {
+        assert_eq!(names(), ["b", "c"], "after changes through the mount");
+    }
+    ok(&store, &["restore", "lists", "two"]);
+    assert_eq!(names(), ["a", "b"], "after a restore");
+    assert_eq!(names(), ["a", "b"], "after a restore, listed again");
+}
+
 #[test]
 fn open_unlinked_file_lives_until_closed_and_never_shows_in_versions() {
     use std::io::{Read, Seek, SeekFrom, Write};

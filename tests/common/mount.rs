@@ -252,6 +252,13 @@ pub fn assert_shows(native: &[String], lines: &[&str]) {
     }
 }
 
+/// The lines a shell script prints, run in `dir` (the steps of a test
+/// told beside ext4: one line per step).
+pub fn script_lines(script: &str, dir: &Path) -> Vec<String> {
+    let out = run(Command::new("sh").arg("-c").arg(script).current_dir(dir));
+    out.lines().map(str::to_string).collect()
+}
+
 /// Fails the test (instead of skipping) when `tool` is not installed.
 pub fn require_tool(tool: &str) {
     let found = Command::new("sh")

@@ -3,7 +3,9 @@
 //! full is not kept, and new inodes take a directory's default ACL
 //! instead of the umask.
 
-use crate::common::mount::{Mounted, assert_shows, getxattr, new_store, require_tool, run};
+use crate::common::mount::{
+    Mounted, assert_shows, getxattr, new_store, require_tool, run, script_lines,
+};
 use std::path::Path;
 use std::process::Command;
 
@@ -39,8 +41,7 @@ stat -c '%n %a' plain plaind
 "#;
 
 fn story(dir: &Path) -> Vec<String> {
-    let out = run(Command::new("sh").arg("-c").arg(STEPS).current_dir(dir));
-    out.lines().map(str::to_string).collect()
+    script_lines(STEPS, dir)
 }
 
 #[test]

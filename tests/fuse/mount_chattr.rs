@@ -2,7 +2,7 @@
 //! the same test: an immutable file or directory refuses every change, an
 //! append-only one only grows, and the flags persist.
 
-use crate::common::mount::{Mounted, assert_shows, new_store, require_tool, run};
+use crate::common::mount::{Mounted, assert_shows, new_store, require_tool, run, script_lines};
 use std::path::Path;
 use std::process::Command;
 
@@ -68,10 +68,10 @@ fn story(dir: &Path) -> Vec<String> {
     use std::os::unix::fs::PermissionsExt;
     // Another user reaches the files.
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = run(Command::new("sh").arg("-c").arg(STEPS).current_dir(dir));
+    let out = script_lines(STEPS, dir);
     // Flags off again, so the directory can be cleaned up.
     run(Command::new("chattr").args(["-i", "-a", "-d", "-A", "f", "d", "own"]).current_dir(dir));
-    out.lines().map(str::to_string).collect()
+    out
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! (FUSE_HANDLE_KILLPRIV_V2), so the kernel no longer asks for
 //! security.capability before every write.
 
-use crate::common::mount::{Mounted, assert_shows, new_store, require_tool, run};
+use crate::common::mount::{Mounted, assert_shows, new_store, require_tool, run, script_lines};
 use std::path::Path;
 use std::process::Command;
 
@@ -34,8 +34,7 @@ mk d 2767;  as_nobody 'echo more >> d';  show "nobody writes set-group-ID withou
 "#;
 
 fn story(dir: &Path) -> Vec<String> {
-    let out = run(Command::new("sh").arg("-c").arg(STEPS).current_dir(dir));
-    out.lines().map(str::to_string).collect()
+    script_lines(STEPS, dir)
 }
 
 #[test]

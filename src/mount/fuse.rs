@@ -30,7 +30,15 @@ const NO_FLUSH: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 pub struct Fuse {
     pub ws: Arc<Workspace>,
+    /// Directories moved to another parent since their listing was last
+    /// sent: their cached listings name the old ".." (see `dir_cache`).
+    /// `None` once more than [`MAX_MOVED`] wait: no listing is cached
+    /// from then on, so the set stays bounded.
+    pub moved: parking_lot::Mutex<Option<std::collections::HashSet<u64>>>,
 }
+
+/// The most moved directories remembered (see [`Fuse::moved`]).
+const MAX_MOVED: usize = 1 << 16;
 
 /// Answers `reply` with `$ok` applied to the value, or the error's errno.
 macro_rules! answer {
@@ -88,9 +96,13 @@ impl Fuse {
     /// (the kernel drops the cache when it changes one) or by a restore
     /// (which drops the inodes it changed, see `invalidate`); not while
     /// the listing must record an access time (it has to reach the
-    /// mount), and not for `.forkfs`, whose listings change with versions.
+    /// mount), not at the first open after a move to another parent
+    /// (the listing's ".." changes, and the kernel only watches the
+    /// mtime, which a move leaves), and not for `.forkfs`, whose listings
+    /// change with versions.
     fn dir_cache(&self, ino: u64, i: &Inode) -> FopenFlags {
-        match self.ws.own(ino).is_ok() && !self.ws.access_due(ino, i) {
+        let moved = self.moved.lock().as_mut().is_none_or(|m| m.remove(&ino));
+        match !moved && self.ws.own(ino).is_ok() && !self.ws.access_due(ino, i) {
             true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
             false => FopenFlags::empty(),
         }
@@ -120,7 +132,7 @@ impl Filesystem for Fuse {
         // on write, truncation and chown (see `setattr` and `write`), so
         // the kernel stops asking for security.capability before every
         // write and for the attributes before every chown (two requests
-        // of the nine an untarred file cost).
+        // of the sixteen an untarred file cost).
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             tracing::warn!(?missing, "the kernel does not let the mount kill privileges");
         }
@@ -267,6 +279,26 @@ impl Filesystem for Fuse {
             return reply.error(Errno::EINVAL);
         };
         let ws = &self.ws;
+        if parent != newparent {
+            // Noted before the move: an open after it lists afresh.
+            let mut moving = vec![(parent, name)];
+            if mode == RenameMode::Exchange {
+                moving.push((newparent, newname));
+            }
+            for (dir, n) in moving {
+                if let Ok((i, ino)) = ws.lookup(dir.0, n.as_bytes())
+                    && i.kind == FileKind::Dir
+                {
+                    let mut moved = self.moved.lock();
+                    if let Some(m) = moved.as_mut() {
+                        m.insert(ino);
+                        if m.len() > MAX_MOVED {
+                            *moved = None;
+                        }
+                    }
+                }
+            }
+        }
         let r = ws.head().and_then(|h| {
             let (from, to) = (ws.own(parent.0)?, ws.own(newparent.0)?);
             reserved(to, newname)?;

@@ -229,13 +229,17 @@ impl Host {
             req.read_only,
             atime_mode(&req.options),
         ));
-        let mut session = fuser::Session::new(Fuse { ws: ws.clone() }, &req.dir, &config(req, vol))
-            .map_err(|e| {
-                Error::new(
-                    forkfs::ErrorKind::Unavailable,
-                    format!("mounting {vol} on {}: {e}", req.dir.display()),
-                )
-            })?;
+        let mut session = fuser::Session::new(
+            Fuse { ws: ws.clone(), moved: parking_lot::Mutex::new(Some(Default::default())) },
+            &req.dir,
+            &config(req, vol),
+        )
+        .map_err(|e| {
+            Error::new(
+                forkfs::ErrorKind::Unavailable,
+                format!("mounting {vol} on {}: {e}", req.dir.display()),
+            )
+        })?;
         let record = Record::write(self.store.dir(), &req.dir, &req.spec, self.resident)
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
         // A version never changes: only a live mount needs the hook.

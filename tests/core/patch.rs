@@ -40,6 +40,12 @@ enum Op {
         off: usize,
         len: usize,
     },
+    /// Cuts everything from `off` on: a disk zeroes it, a file is
+    /// truncated to `off` and grown back (its blocks past `off` dropped,
+    /// the block `off` is in zeroed past it).
+    Cut {
+        off: usize,
+    },
     Flush,
     Snapshot,
     Reopen,
@@ -58,6 +64,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(off, n, len, seed)| Op::Run { off, n, len, seed }),
         1 => (0..SIZE, 1..9000usize).prop_map(|(off, len)| Op::Zero { off, len: len.min(SIZE - off) }),
         3 => (0..SIZE, 1..9000usize).prop_map(|(off, len)| Op::Read { off, len: len.min(SIZE - off) }),
+        1 => (0..SIZE).prop_map(|off| Op::Cut { off }),
         2 => Just(Op::Flush),
         1 => Just(Op::Snapshot),
         1 => Just(Op::Reopen),
@@ -87,6 +94,18 @@ impl Dut {
         match self {
             Dut::Disk(h) => h.write_zeroes(off as u64, len as u64).unwrap(),
             Dut::File(h, ino) => h.punch_hole(*ino, off as u64, len as u64).unwrap(),
+        }
+    }
+
+    fn cut(&self, off: usize) {
+        match self {
+            Dut::Disk(h) => h.write_zeroes(off as u64, (SIZE - off) as u64).unwrap(),
+            Dut::File(h, ino) => {
+                for size in [off, SIZE] {
+                    let size = Some(size as u64);
+                    h.set_attr(*ino, &SetAttr { size, ..Default::default() }).unwrap();
+                }
+            }
         }
     }
 
@@ -193,6 +212,10 @@ fn run_model(kind: VolumeKind, ops: &[Op]) -> Result<(), TestCaseError> {
                 let want = &model[off..off + len];
                 prop_assert!(got == want, "op {i} {op:?}: {:?}", first_diff(&got, want));
             }
+            Op::Cut { off } => {
+                dut.cut(off);
+                model[off..].fill(0);
+            }
             Op::Flush => dut.flush(),
             Op::Snapshot => {
                 let v = store.graph().snapshot("d", &SnapshotOptions::default()).unwrap();
@@ -245,10 +268,6 @@ fn log_bytes(store: &Path) -> u64 {
     n
 }
 
-/// Two 64 KiB blocks filled by 1 KiB writes in order log about their own
-/// bytes: the spans join (a whole block per write, 64 blocks' worth, was
-/// logged before spans; 5 without the joining, as full patches log their
-/// blocks). They read back exactly, and so does their version.
 /// Two 64 KiB blocks filled by 1 KiB writes in order log about their own
 /// bytes: the spans join (a whole block per write, 64 blocks' worth, was
 /// logged before spans; 5 without the joining, as full patches log their

@@ -299,6 +299,40 @@ fn cached_listings_follow_changes_and_restores() {
     ok(&store, &["restore", "lists", "two"]);
     assert_eq!(names(), ["a", "b"], "after a restore");
     assert_eq!(names(), ["a", "b"], "after a restore, listed again");
+
+    // A directory moved to another parent lists its new "..", though its
+    // mtime (all the kernel checks) stays.
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(m.path("d/sub")).unwrap();
+    std::fs::create_dir(m.path("e")).unwrap();
+    let d_ino = std::fs::metadata(m.path("d")).unwrap().ino();
+    for _ in 0..2 {
+        assert_eq!(dotdot(&m.path("d/sub")), d_ino);
+    }
+    std::fs::rename(m.path("d/sub"), m.path("e/sub")).unwrap();
+    let e_ino = std::fs::metadata(m.path("e")).unwrap().ino();
+    for _ in 0..2 {
+        assert_eq!(dotdot(&m.path("e/sub")), e_ino, "\"..\" of a moved directory");
+    }
+}
+
+/// The inode number a listing of `dir` gives "..".
+fn dotdot(dir: &Path) -> u64 {
+    let d = unsafe { libc::opendir(cpath(dir).as_ptr()) };
+    assert!(!d.is_null(), "opendir {}", dir.display());
+    let mut found = None;
+    loop {
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            break;
+        }
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        if name.to_bytes() == b".." {
+            found = Some(unsafe { (*e).d_ino });
+        }
+    }
+    unsafe { libc::closedir(d) };
+    found.expect("a listing has \"..\"")
 }
 
 #[test]

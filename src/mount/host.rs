@@ -230,7 +230,7 @@ impl Host {
             atime_mode(&req.options),
         ));
         let mut session = fuser::Session::new(
-            Fuse { ws: ws.clone(), moved: parking_lot::Mutex::new(Some(Default::default())) },
+            Fuse { ws: ws.clone(), moved: Default::default() },
             &req.dir,
             &config(req, vol),
         )

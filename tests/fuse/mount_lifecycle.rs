@@ -340,7 +340,7 @@ fn fallocate_beyond_the_store_disk_fails_with_enospc_as_on_the_disk_itself() {
 /// line with the no-space code, the fsynced file of before is kept; with
 /// room again the store takes writes and snapshots, and with the disk
 /// full again SIGTERM still ends the mount process. Negative control (by
-/// hand, `mount/fuse.rs` answering write and fsync with success whatever
+/// hand, `mount/fuse/mod.rs` answering write and fsync with success whatever
 /// the store said): the 16 MiB write and fsync succeed, and the test fails.
 #[test]
 fn a_full_store_disk_under_a_mount_fails_writes_and_the_mount_stays_stoppable() {

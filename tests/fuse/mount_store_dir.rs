@@ -6,7 +6,7 @@
 //!
 //! Negative controls (by hand): `db/mod.rs`'s synced writes without the
 //! directory check: the fsync after the move or the removal succeeds,
-//! and both of those tests fail there; `mount/fuse.rs` answering write
+//! and both of those tests fail there; `mount/fuse/mod.rs` answering write
 //! and fsync with success whatever the store said: the read-only test
 //! fails at `b`'s fsync. (The full disk is
 //! `mount_lifecycle::a_full_store_disk_under_a_mount_fails_writes_and_the_mount_stays_stoppable`.)

@@ -88,7 +88,7 @@ fn eio_is_an_error_never_lost_data_and_repair_and_gc_change_nothing() {
 /// fails, `forkfs snapshot` fails, SIGTERM still ends the mount process
 /// within a bound; with the disk back, and after a power cut that drops
 /// whatever was not synced, the file fsynced before reads exact.
-/// Negative control (by hand, `mount/fuse.rs` answering write and fsync
+/// Negative control (by hand, `mount/fuse/mod.rs` answering write and fsync
 /// with success whatever the store said): `b`'s write and fsync succeed,
 /// and the test fails there.
 #[test]

@@ -1,8 +1,12 @@
 //! The kernel FUSE requests, answered from a [`Workspace`]. Every request
 //! is one core call; errors become errnos in `convert::errno` only.
 
+mod caches;
+mod flags;
+
 use super::convert::{attr, errno, file_type, kernel_time, kind_of_mode};
 use super::workspace::Workspace;
+use caches::{Moved, NO_FLUSH, TTL};
 use forkfs::Error;
 use forkfs::Posix;
 use forkfs::fs::{Content, FileKind, Inode, NewNode, ROOT_INO, RenameMode, SetAttr, XattrMode};
@@ -17,28 +21,13 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
-/// How long the kernel may cache attributes and names. This mount is the
-/// volume's only writer, and a restore drops the caches it replaces.
-const TTL: Duration = Duration::from_secs(60);
-
-/// A close of a file sends no FLUSH: writes are in the store when they
-/// are acknowledged, and POSIX locks are the kernel's (none are kept
-/// here), so a FLUSH had nothing to do but cost a round trip per close.
-const NO_FLUSH: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
+use std::time::SystemTime;
 
 pub struct Fuse {
     pub ws: Arc<Workspace>,
-    /// Directories moved to another parent since their listing was last
-    /// sent: their cached listings name the old ".." (see `dir_cache`).
-    /// `None` once more than [`MAX_MOVED`] wait: no listing is cached
-    /// from then on, so the set stays bounded.
-    pub moved: parking_lot::Mutex<Option<std::collections::HashSet<u64>>>,
+    /// Directories whose cached listings a move made stale.
+    pub moved: Moved,
 }
-
-/// The most moved directories remembered (see [`Fuse::moved`]).
-const MAX_MOVED: usize = 1 << 16;
 
 /// Answers `reply` with `$ok` applied to the value, or the error's errno.
 macro_rules! answer {
@@ -88,24 +77,6 @@ impl Fuse {
 
     fn set_attr(&self, ino: u64, a: SetAttr) -> Result<Inode, Error> {
         self.ws.head()?.set_attr(self.ws.own(ino)?, &a)
-    }
-
-    /// How the kernel may cache the listing of directory `i`: across
-    /// opens (FOPEN_CACHE_DIR with FOPEN_KEEP_CACHE) for the workspace's
-    /// own directories, whose listings change only through this mount
-    /// (the kernel drops the cache when it changes one) or by a restore
-    /// (which drops the inodes it changed, see `invalidate`); not while
-    /// the listing must record an access time (it has to reach the
-    /// mount), not at the first open after a move to another parent
-    /// (the listing's ".." changes, and the kernel only watches the
-    /// mtime, which a move leaves), and not for `.forkfs`, whose listings
-    /// change with versions.
-    fn dir_cache(&self, ino: u64, i: &Inode) -> FopenFlags {
-        let moved = self.moved.lock().as_mut().is_none_or(|m| m.remove(&ino));
-        match !moved && self.ws.own(ino).is_ok() && !self.ws.access_due(ino, i) {
-            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            false => FopenFlags::empty(),
-        }
     }
 }
 
@@ -281,22 +252,9 @@ impl Filesystem for Fuse {
         let ws = &self.ws;
         if parent != newparent {
             // Noted before the move: an open after it lists afresh.
-            let mut moving = vec![(parent, name)];
+            self.moving(parent.0, name);
             if mode == RenameMode::Exchange {
-                moving.push((newparent, newname));
-            }
-            for (dir, n) in moving {
-                if let Ok((i, ino)) = ws.lookup(dir.0, n.as_bytes())
-                    && i.kind == FileKind::Dir
-                {
-                    let mut moved = self.moved.lock();
-                    if let Some(m) = moved.as_mut() {
-                        m.insert(ino);
-                        if m.len() > MAX_MOVED {
-                            *moved = None;
-                        }
-                    }
-                }
+                self.moving(newparent.0, newname);
             }
         }
         let r = ws.head().and_then(|h| {
@@ -428,51 +386,10 @@ impl Filesystem for Fuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        // FS_IOC_GETFLAGS and FS_IOC_SETFLAGS; FS_IOC_FSGETXATTR and
-        // FS_IOC_FSSETXATTR (struct fsxattr, the same flags as "xflags";
-        // the kernel reads them before a set). The kernel checks these
-        // native numbers itself (owner, CAP_LINUX_IMMUTABLE) before they
-        // arrive; other numbers reach a filesystem unchecked, so the
-        // 32-bit forms are refused, and the checks are made again below.
-        // _IOR('f', 1, long) and _IOW('f', 2, long): the size of a long.
-        const LONG: u32 = (std::mem::size_of::<libc::c_long>() as u32) << 16;
-        const GET: [u32; 1] = [0x8000_6601 | LONG];
-        const SET: [u32; 1] = [0x4000_6602 | LONG];
-        const FSGETXATTR: u32 = 0x801c_581f;
-        const FSSETXATTR: u32 = 0x401c_5820;
-        let set = |flags: Result<u32, Error>| -> Result<Vec<u8>, Error> {
-            let (head, own, flags) = (self.ws.head()?, self.ws.own(ino.0)?, flags?);
-            let i = self.ws.inode(own)?;
-            let root = req.uid() == 0;
-            let locks = forkfs::fs::FL_IMMUTABLE | forkfs::fs::FL_APPEND;
-            if !root && (req.uid() != i.uid || (i.flags ^ flags) & locks != 0) {
-                let why = "only the owner sets inode flags, and only root immutable or append-only";
-                return Err(Error::posix(Posix::NotPermitted, why));
-            }
-            head.set_flags(own, flags)?;
-            Ok(Vec::new())
-        };
-        let bad = || Err(Error::posix(Posix::Invalid, "ioctl argument too short"));
-        let r = match cmd {
-            c if GET.contains(&c) => {
-                self.ws.stat(ino.0).map(|(i, _)| i.flags.to_le_bytes().to_vec())
-            }
-            FSGETXATTR => self.ws.stat(ino.0).map(|(i, _)| {
-                let mut fsx = vec![0u8; 28];
-                fsx[..4].copy_from_slice(&xflags_of(i.flags).to_le_bytes());
-                fsx
-            }),
-            c if SET.contains(&c) => match in_data.first_chunk::<4>() {
-                Some(b) => set(Ok(u32::from_le_bytes(*b))),
-                None => bad(),
-            },
-            FSSETXATTR => match in_data.first_chunk::<28>() {
-                Some(b) => set(flags_of_fsxattr(b)),
-                None => bad(),
-            },
-            _ => return reply.error(Errno::ENOTTY),
-        };
-        answer!(reply, r, |data| reply.ioctl(0, &data))
+        match self.flags_ioctl(req, ino.0, cmd, in_data) {
+            Some(r) => answer!(reply, r, |data| reply.ioctl(0, &data)),
+            None => reply.error(Errno::ENOTTY),
+        }
     }
 
     fn copy_file_range(
@@ -714,31 +631,6 @@ impl Fuse {
         }
         head.fallocate(ino, offset, length, zero, keep_size)
     }
-}
-
-/// Inode flags and the xflags of `struct fsxattr` that say the same.
-const XFLAGS: [(u32, u32); 4] = [
-    (forkfs::fs::FL_IMMUTABLE, 0x8),
-    (forkfs::fs::FL_APPEND, 0x10),
-    (forkfs::fs::FL_NOATIME, 0x40),
-    (forkfs::fs::FL_NODUMP, 0x80),
-];
-
-fn xflags_of(flags: u32) -> u32 {
-    XFLAGS.iter().filter(|(f, _)| flags & f != 0).map(|(_, x)| x).sum()
-}
-
-/// The inode flags a `struct fsxattr` asks for: EOPNOTSUPP for an xflag
-/// without one, or for extent sizes and project ids (not kept).
-fn flags_of_fsxattr(fsx: &[u8; 28]) -> Result<u32, Error> {
-    let word = |i: usize| u32::from_le_bytes(fsx[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
-    let (xflags, extsize, projid, cowextsize) = (word(0), word(1), word(3), word(4));
-    let known: u32 = XFLAGS.iter().map(|(_, x)| x).sum();
-    if xflags & !known != 0 || extsize != 0 || projid != 0 || cowextsize != 0 {
-        let why = "only the immutable, append, noatime and nodump xflags are kept";
-        return Err(Error::posix(Posix::Unsupported, why));
-    }
-    Ok(XFLAGS.iter().filter(|(_, x)| xflags & x != 0).map(|(f, _)| f).sum())
 }
 
 /// An inode of the mounted tree with its FUSE inode number (the same).

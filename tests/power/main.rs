@@ -15,6 +15,7 @@
 mod common;
 
 mod eio;
+mod inline;
 mod lazyfs;
 mod mount;
 mod nbd;

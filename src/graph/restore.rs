@@ -133,7 +133,7 @@ pub(super) fn stage_new_tree(
 /// Once the batch of [`stage_new_tree`] is written and the head's record
 /// set: the head reads its new tree.
 pub(super) fn enter_new_tree(head: &Head, counter_only: bool) -> Result<()> {
-    head.overlay().cleared();
+    head.overlay().cleared(None);
     head.accessed_only.store(counter_only, std::sync::atomic::Ordering::Release);
     head.reload_zeroed()
 }

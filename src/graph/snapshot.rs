@@ -79,10 +79,11 @@ impl Graph {
         };
         // Phase 2: fold and make everything the version names durable.
         let _session = self.storage.chunks.write_session();
-        let (root, folded, generation) = if clean {
-            (state.root, Vec::new(), head.block().and_then(|b| b.sealed_generation()))
+        let (root, folded, count, generation) = if clean {
+            (state.root, Vec::new(), 0, head.block().and_then(|b| b.sealed_generation()))
         } else {
-            head.fold()?
+            let f = head.fold()?;
+            (f.root, f.entries, f.count, f.generation)
         };
         self.storage.chunks.flush()?;
         let version = VersionRecord {
@@ -161,7 +162,7 @@ impl Graph {
         }
         self.volumes.committed();
         if !clean {
-            head.overlay().cleared();
+            head.overlay().cleared(Some(count));
             head.accessed_only.store(false, std::sync::atomic::Ordering::Release);
         }
         if let Some(f) = floor {

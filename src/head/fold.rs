@@ -22,7 +22,7 @@ impl Head {
     ///
     /// Also returns the generation of the last seal the fold includes
     /// (deferred heads).
-    pub(crate) fn fold(&self) -> Result<(MapRoot, Vec<RawEntry>, Option<u64>)> {
+    pub(crate) fn fold(&self) -> Result<Folded> {
         let base = self.state.read().root;
         match self.record.kind {
             VolumeKind::Block => {
@@ -57,9 +57,13 @@ impl Head {
                     ups.entry(k).or_insert(None);
                 }
                 let ups: Vec<Update> = ups.into_iter().collect();
-                Ok((self.map().apply(base, &ups)?, folded, generation))
+                let (root, count) = (self.map().apply(base, &ups)?, folded.len());
+                Ok(Folded { root, entries: folded, count, generation })
             }
-            VolumeKind::Fs => Ok((self.fold_fs(base)?, Vec::new(), None)),
+            VolumeKind::Fs => {
+                let (root, count) = self.fold_fs(base)?;
+                Ok(Folded { root, entries: Vec::new(), count, generation: None })
+            }
         }
     }
 
@@ -102,12 +106,15 @@ impl Head {
         Ok(Some(Bytes::copy_from_slice(&id.0)))
     }
 
-    fn fold_fs(&self, base: MapRoot) -> Result<MapRoot> {
+    /// The new root, and how many entries went into it.
+    fn fold_fs(&self, base: MapRoot) -> Result<(MapRoot, usize)> {
         // Sub-maps (directories, file blocks) first, then the inode records
         // that point at their new roots.
         let mut inode_ups: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
         let mut groups: BTreeMap<(Space, u64), Vec<(u64, Dirty)>> = BTreeMap::new();
+        let mut count = 0;
         self.overlay().for_each(&mut |e| {
+            count += 1;
             match e.space {
                 Space::Root => {
                     if let Some(u) = self.resolve(e.dirty, e.key, None)? {
@@ -146,6 +153,18 @@ impl Head {
             inode_ups.insert(ino, Some(Bytes::from(inode.encode())));
         }
         let ups: Vec<Update> = inode_ups.into_iter().collect();
-        self.map().apply(base, &ups)
+        Ok((self.map().apply(base, &ups)?, count))
     }
+}
+
+/// What a fold made ([`Head::fold`]).
+pub(crate) struct Folded {
+    pub root: MapRoot,
+    /// The entries folded, for the commit to delete (block volumes; an fs
+    /// volume's commit clears its whole overlay).
+    pub entries: Vec<RawEntry>,
+    /// How many entries were folded.
+    pub count: usize,
+    /// The generation of the last seal the fold includes (deferred heads).
+    pub generation: Option<u64>,
 }

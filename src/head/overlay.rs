@@ -277,17 +277,24 @@ impl<'a> Overlay<'a> {
         batch.delete_range_cf(self.db.cf(CF_OVERLAY), &from[..], &to[..]);
     }
 
-    /// After the overlay was cleared: when the overlay's memtable holds
-    /// many entries, asks RocksDB to flush it in the background. Until a
-    /// flush drops them, the entries a range deletion covers stay in the
-    /// memtable and every iterator steps over them one by one (a clean
-    /// snapshot of a workspace that had just created 100k files took
-    /// 80 ms, all of it there).
-    pub fn cleared(&self) {
+    /// After a checkpoint removed `removed` entries of the volume (`None`:
+    /// unknown, a restore's range deletion): when they are many, or the overlay's
+    /// memtable holds many entries, asks RocksDB to flush it in the
+    /// background. Until a flush and a compaction drop them, removed
+    /// entries stay as tombstones (or under a range deletion) and every
+    /// scan of the volume (an emptiness check, a checkpoint, a directory
+    /// listing) steps over them one by one: a clean snapshot of a
+    /// workspace that had just created 100k files took 80 ms, and each
+    /// fork after one took 5.6 ms instead of 2.5 with 30k tombstones left
+    /// in a memtable below the old threshold (a flush leaves a range
+    /// deletion in a table of its own, which a scan seeks past).
+    pub fn cleared(&self, removed: Option<usize>) {
         const DEAD_ENTRIES: u64 = 50_000;
+        const REMOVED: usize = 10_000;
         let cf = self.db.cf(CF_OVERLAY);
         let n = self.db.raw().property_int_value_cf(cf, "rocksdb.num-entries-active-mem-table");
-        if matches!(n, Ok(Some(n)) if n >= DEAD_ENTRIES) {
+        let many = removed.is_some_and(|r| r >= REMOVED);
+        if many || matches!(n, Ok(Some(n)) if n >= DEAD_ENTRIES) {
             let mut fo = rocksdb::FlushOptions::default();
             fo.set_wait(false);
             if let Err(e) = self.db.raw().flush_cf_opt(cf, &fo) {

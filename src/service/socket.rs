@@ -293,8 +293,11 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
             Response::Err { kind: e.kind(), message: e.to_string(), exiting: e.is_holder_exiting() }
         }
     };
-    let mut w = &conn;
-    let _ = serde_json::to_writer(&mut w, &resp).map(|_| w.write_all(b"\n"));
+    // One write: serde_json writes a value in many small pieces, each a
+    // wake-up of the caller waiting for its line.
+    let Ok(mut raw) = serde_json::to_vec(&resp) else { return };
+    raw.push(b'\n');
+    let _ = (&conn).write_all(&raw);
 }
 
 /// Runs `work`, sending an empty line on `conn` every [`HEARTBEAT`] until

@@ -92,7 +92,7 @@ impl Store {
         report.problems.extend(self.check_copies()?);
         report.problems.extend(self.check_usage()?);
         let unsaved = self.unsaved_writes()?;
-        report.problems.extend(unsaved.lost.into_iter().map(|(_, _, what)| what));
+        report.problems.extend(unsaved.lost.into_iter().map(|l| l.what));
         report.problems.extend(unsaved.unreadable);
         report.unflushed_writes = unsaved.unflushed;
         let damage = self.damage(&subjects, bad, progress)?;

@@ -2,13 +2,15 @@
 //! against the data log. A write whose data is gone though it was
 //! acknowledged as durable (below its segment's durable mark) is damage,
 //! reported by `fsck` and dropped, on request, by `fsck --repair` (its
-//! block goes back to the last version); a write lost before any flush
+//! block goes back to the last version; of a block written in parts, only
+//! the parts whose data is gone go); a write lost before any flush
 //! acknowledged it is not (it reads as the older content by design).
 
 use crate::db::Batch;
 use crate::error::Result;
+use crate::head::datalog::LogRef;
 use crate::head::datalog::Read;
-use crate::head::overlay::{Entry, Space};
+use crate::head::overlay::{Dirty, Entry, Space};
 use crate::records::VolumeRecord;
 use crate::store::Store;
 
@@ -24,12 +26,21 @@ fn describe(vol: &VolumeRecord, e: &Entry) -> String {
     }
 }
 
+/// An overlay entry with acknowledged writes whose data is gone.
+pub(crate) struct Lost {
+    /// The entry's stored key.
+    key: Box<[u8]>,
+    /// What stays of the entry once they are dropped (`None`: nothing).
+    kept: Option<Dirty>,
+    /// The entry, for a report.
+    pub what: String,
+}
+
 /// What the data log holds of the unsaved writes of every volume.
 #[derive(Default)]
 pub(crate) struct Unsaved {
-    /// Writes acknowledged as durable whose data is gone: (volume, stored
-    /// key, description).
-    pub lost: Vec<(VolumeRecord, Box<[u8]>, String)>,
+    /// Writes acknowledged as durable whose data is gone.
+    pub lost: Vec<Lost>,
     /// Writes that cannot be read (I/O errors).
     pub unreadable: Vec<String>,
     /// Writes lost before any flush (not damage).
@@ -43,15 +54,13 @@ impl Store {
         for vol in self.volumes().list()? {
             let floor = storage.log_floor(vol.id)?;
             storage.overlay(vol.id).for_each(&mut |e| {
+                let mut lost = Vec::new();
                 // A patch's data below the floor went into the last version.
                 for r in e.dirty.log_refs().iter().filter(|r| r.seq >= floor) {
                     match storage.log.read(vol.id, r) {
                         Ok(Read::Data(_)) => {}
                         Ok(Read::Lost(why)) if storage.was_durable(vol.id, r)? => {
-                            let what =
-                                format!("{}: acknowledged write lost ({why})", describe(&vol, &e));
-                            out.lost.push((vol.clone(), e.raw.0.clone(), what));
-                            break;
+                            lost.push((*r, why));
                         }
                         Ok(Read::Lost(_)) => out.unflushed += 1,
                         Err(err) => out
@@ -59,22 +68,45 @@ impl Store {
                             .push(format!("{}: unreadable: {err}", describe(&vol, &e))),
                     }
                 }
+                if let Some((_, why)) = lost.first() {
+                    let what = format!("{}: acknowledged write lost ({why})", describe(&vol, &e));
+                    let refs: Vec<LogRef> = lost.iter().map(|(r, _)| *r).collect();
+                    let kept = without(&e.dirty, &refs);
+                    out.lost.push(Lost { key: e.raw.0.clone(), kept, what });
+                }
                 Ok(())
             })?;
         }
         Ok(out)
     }
 
-    /// Drops the overlay entries of acknowledged writes whose data is gone;
-    /// returns what they were.
+    /// Drops the acknowledged writes whose data is gone (a whole entry, or
+    /// the lost parts of a patch); returns what they were.
     pub(crate) fn drop_lost_writes(&self) -> Result<Vec<String>> {
         let unsaved = self.unsaved_writes()?;
         let mut b = Batch::default();
         let cf = self.db().cf(crate::db::CF_OVERLAY);
-        for (_, key, _) in &unsaved.lost {
-            b.delete_cf(cf, key);
+        for lost in &unsaved.lost {
+            match &lost.kept {
+                Some(d) => b.put_cf(cf, &lost.key, d.encode()),
+                None => b.delete_cf(cf, &lost.key),
+            }
         }
         self.db().write(b, true)?;
-        Ok(unsaved.lost.into_iter().map(|(_, _, what)| what).collect())
+        Ok(unsaved.lost.into_iter().map(|l| l.what).collect())
     }
+}
+
+/// What stays of entry `d` once the data of `lost` is dropped: a patch
+/// keeps its other spans (each an acknowledged write of its own), over the
+/// base if the entry under them lost its data; any other entry goes, and
+/// its block reads as the last version.
+fn without(d: &Dirty, lost: &[LogRef]) -> Option<Dirty> {
+    let Dirty::Patch(p) = d else { return None };
+    let mut p = p.clone();
+    if p.under.as_ref().and_then(Dirty::log_ref).is_some_and(|r| lost.contains(r)) {
+        p.under = None;
+    }
+    p.spans.retain(|s| !lost.contains(&s.r));
+    (p.under.is_some() || !p.spans.is_empty()).then_some(Dirty::Patch(p))
 }

@@ -8,3 +8,4 @@ mod damage;
 mod fsck;
 mod gc;
 mod gc_crash;
+mod patch_repair;

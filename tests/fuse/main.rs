@@ -14,6 +14,7 @@ mod mount_chattr;
 mod mount_cli;
 mod mount_copy;
 mod mount_crash;
+mod mount_crash_untar;
 mod mount_errno;
 mod mount_fsx;
 mod mount_group;

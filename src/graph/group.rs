@@ -252,28 +252,38 @@ impl Graph {
         }
         heads.sort_by_key(|(h, _)| h.record().id);
         let mut before = Vec::new();
-        {
+        let failed = {
             let _ones: Vec<_> = heads.iter().map(|(h, _)| h.checkpoint.lock()).collect();
             let _gates: Vec<_> = heads.iter().map(|(h, _)| h.gate.write()).collect();
             // A member deleted meanwhile fails the restore before any changes.
             for (h, _) in &heads {
                 h.check_live()?;
             }
+            let mut failed = None;
             for (h, v) in &heads {
-                let pre = self.restore_held(h, v).map_err(|e| {
-                    e.context(format!(
-                        "group {name}: the restore of {} failed ({} of {} members restored \
-                         before it)",
-                        h.record().name,
-                        before.len(),
-                        heads.len()
-                    ))
-                })?;
-                before.push((pre, *v));
+                match self.restore_held(h, v) {
+                    Ok(pre) => before.push((pre, *v)),
+                    Err(e) => {
+                        failed = Some(e.context(format!(
+                            "group {name}: the restore of {} failed ({} of {} members restored \
+                             before it)",
+                            h.record().name,
+                            before.len(),
+                            heads.len()
+                        )));
+                        break;
+                    }
+                }
             }
-        }
+            failed
+        };
+        // The members restored have their new trees whether or not the
+        // rest followed: whoever caches them (a mount) must hear of it.
         for (pre, v) in &before {
             self.restored(v.volume_name.as_str(), pre, v);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         let mut members: Vec<Member> = before
             .iter()

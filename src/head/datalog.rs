@@ -92,6 +92,11 @@ struct Segment {
     /// everything below the lowest of those (or below `len`) is written.
     appends: Mutex<(u64, BTreeSet<u64>)>,
     dirty: AtomicBool,
+    /// Held from taking `dirty` to the end of the fdatasync: a sync that
+    /// finds the flag clear must not return while another's fdatasync of
+    /// the same appends is still under way (its caller would acknowledge
+    /// data not yet on disk).
+    syncing: Mutex<()>,
 }
 
 impl Segment {
@@ -224,7 +229,13 @@ impl DataLog {
             .open(seg_path(&self.dir, vol, seq))?;
         sync_dir(&dir)?;
         let appends = Mutex::new((0, BTreeSet::new()));
-        Ok(Arc::new(Segment { seq, file, appends, dirty: AtomicBool::new(false) }))
+        Ok(Arc::new(Segment {
+            seq,
+            file,
+            appends,
+            dirty: AtomicBool::new(false),
+            syncing: Mutex::new(()),
+        }))
     }
 
     /// Appends one block's data; concurrent appends do not serialize (they
@@ -368,17 +379,21 @@ impl DataLog {
     /// Makes every append written so far durable, and returns how far each
     /// segment synced now is durable.
     pub fn sync(&self) -> Result<Vec<Mark>> {
-        let segs: Vec<(VolumeId, Arc<Segment>)> = {
-            let mut vols = self.volumes.lock();
+        // Rotated segments stay listed until a sync leaves them clean: one
+        // taken off the list while another thread's fdatasync of it is
+        // under way would let this sync return before that one ends.
+        let segs: Vec<(VolumeId, Arc<Segment>, bool)> = {
+            let vols = self.volumes.lock();
             let mut out = Vec::new();
-            for (vol, v) in vols.iter_mut() {
-                out.extend(v.unsynced.drain(..).map(|s| (*vol, s)));
-                out.extend(v.current.clone().map(|s| (*vol, s)));
+            for (vol, v) in vols.iter() {
+                out.extend(v.unsynced.iter().map(|s| (*vol, s.clone(), true)));
+                out.extend(v.current.clone().map(|s| (*vol, s, false)));
             }
             out
         };
         let mut marks = Vec::new();
-        for (vol, s) in segs {
+        for (vol, s, rotated) in segs {
+            let _one = s.syncing.lock();
             if s.dirty.swap(false, Ordering::AcqRel) {
                 // Read before the sync: what was written by then it covers.
                 let upto = s.written();
@@ -393,6 +408,14 @@ impl DataLog {
                     return Err(e.into());
                 }
                 marks.push(Mark { vol, seq: s.seq, upto });
+            }
+            // Durable now, by this sync or one this waited for; a rotated
+            // segment takes no more appends.
+            if rotated && !s.dirty.load(Ordering::Acquire) {
+                let mut vols = self.volumes.lock();
+                if let Some(v) = vols.get_mut(&vol) {
+                    v.unsynced.retain(|u| !Arc::ptr_eq(u, &s));
+                }
             }
         }
         Ok(marks)
@@ -418,8 +441,9 @@ impl DataLog {
         };
         let old = v.current.replace(self.create(vol, next)?);
         v.ours.insert(next);
-        // Its appends are synced by the next sync, like the current ones.
-        v.unsynced.extend(old.filter(|s| s.dirty.load(Ordering::Acquire)));
+        // Its appends are synced by the next sync, like the current ones;
+        // listed even if clean, as a sync of it may still be under way.
+        v.unsynced.extend(old);
         Ok(next)
     }
 
@@ -507,6 +531,41 @@ mod tests {
         assert_eq!(b.seq, next);
         // Nothing new: nothing to sync, no marks.
         assert!(log.sync().unwrap().is_empty());
+    }
+
+    /// Another thread's sync has taken a segment's dirty flag and is in
+    /// its fdatasync (simulated: its lock held, the flag cleared): a sync
+    /// now must wait for it, whether the segment is current or rotated
+    /// away, not return and let its caller acknowledge data not on disk.
+    #[test]
+    fn a_sync_waits_for_another_sync_of_the_same_appends() {
+        for rotated in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+            let v = VolumeId(1);
+            log.append(v, &[1u8; 100]).unwrap();
+            let seg = log.volumes.lock()[&v].current.clone().unwrap();
+            let held = seg.syncing.lock();
+            seg.dirty.store(false, Ordering::SeqCst);
+            if rotated {
+                log.rotate(v).unwrap();
+            }
+            let done = AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    log.sync().unwrap();
+                    done.store(true, Ordering::SeqCst);
+                });
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let early = done.load(Ordering::SeqCst);
+                drop(held);
+                assert!(!early, "rotated {rotated}: a sync returned during another's");
+            });
+            assert!(done.load(Ordering::SeqCst));
+            // Clean and synced: a rotated segment is no longer listed.
+            let listed = log.volumes.lock()[&v].unsynced.len();
+            assert_eq!(listed, 0, "rotated {rotated}: a synced segment stays listed");
+        }
     }
 
     /// Blocks appended in one write each read back as themselves, after

@@ -30,6 +30,8 @@ pub(super) struct Txn<'a> {
     pub now: Time,
     /// This transaction records an access time and nothing else.
     pub access_only: bool,
+    /// The data log is synced before the batch is written (`moved_inline`).
+    sync_log_first: bool,
 }
 
 pub(super) fn name_of(name: &[u8]) -> String {
@@ -48,6 +50,7 @@ impl<'a> Txn<'a> {
             b: WriteBatch::default(),
             now: Time::now(),
             access_only: false,
+            sync_log_first: false,
         }
     }
 
@@ -84,14 +87,12 @@ impl<'a> Txn<'a> {
     /// them from the inode record. That record may become durable before
     /// the log does (any synced RocksDB write syncs the WAL it is in), and
     /// the blocks' entries have nothing durable under them: power loss
-    /// would read acknowledged bytes as zeros. So the log is synced first
-    /// and its marks go in this batch. Empty inline bytes have nothing to
-    /// lose; a file crosses this line once.
-    pub fn moved_inline(&mut self, old: &[u8]) -> Result<()> {
-        if old.is_empty() {
-            return Ok(());
-        }
-        self.head.storage.sync_log(&mut self.b)
+    /// would read acknowledged bytes as zeros. So the commit syncs the log
+    /// first, once nothing can fail it any more, and writes its marks in
+    /// the same batch. Empty inline bytes have nothing to lose; a file
+    /// crosses this line once.
+    pub fn moved_inline(&mut self, old: &[u8]) {
+        self.sync_log_first |= !old.is_empty();
     }
 
     /// Deletes an inode (its directory entries or file blocks go with it
@@ -270,6 +271,9 @@ impl<'a> Txn<'a> {
         // accesses since the last checkpoint" stays exact.
         let only = self.access_only
             && (self.head.accessed_only.load(Ordering::Acquire) || o.is_empty()?);
+        if self.sync_log_first {
+            self.head.storage.sync_log(&mut b)?;
+        }
         self.head.db().write(b, false)?;
         self.head.accessed_only.store(only, Ordering::Release);
         Ok(())

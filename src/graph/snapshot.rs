@@ -11,7 +11,7 @@ use super::refs::check_tag;
 use super::{Graph, SnapshotOptions};
 use crate::db::Batch;
 use crate::error::{Error, Result};
-use crate::head::Head;
+use crate::head::{Folded, Head};
 use crate::id::VersionId;
 use crate::objects::keys as objects;
 use crate::records::{HeadRecord, Origin, RECORD_FORMAT, VersionRecord, VolumeKind, keys};
@@ -79,12 +79,16 @@ impl Graph {
         };
         // Phase 2: fold and make everything the version names durable.
         let _session = self.storage.chunks.write_session();
-        let (root, folded, count, generation) = if clean {
-            (state.root, Vec::new(), 0, head.block().and_then(|b| b.sealed_generation()))
-        } else {
-            let f = head.fold()?;
-            (f.root, f.entries, f.count, f.generation)
+        let folded = match clean {
+            true => Folded {
+                root: state.root,
+                entries: Vec::new(),
+                count: 0,
+                generation: head.block().and_then(|b| b.sealed_generation()),
+            },
+            false => head.fold()?,
         };
+        let Folded { root, entries: folded, count, generation } = folded;
         self.storage.chunks.flush()?;
         let version = VersionRecord {
             format: RECORD_FORMAT,

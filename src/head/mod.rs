@@ -38,6 +38,7 @@ pub mod patch;
 pub mod prior;
 
 pub use block::{BlockHead, LayerStats, WeakBlockHead};
+pub(crate) use fold::Folded;
 pub(crate) use frozen::allocated_in_root;
 pub use frozen::{Frozen, Opened, Readers};
 pub use fs::FsHead;

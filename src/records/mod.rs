@@ -30,6 +30,8 @@ use crate::error::{Error, Result};
 use crate::id::{VersionId, VolumeId};
 use crate::objects::Backend;
 use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The format number every record carries.
@@ -41,22 +43,22 @@ pub struct Records {
     db: Arc<Db>,
     backend: Arc<Backend>,
     /// Decoded version records by id. A record never changes (its id is
-    /// the hash of its content), so [`Records::log`] decodes each once (an
-    /// automatic checkpoint prunes by the whole log: with 1,000 versions a
-    /// fork of a mounted head took 18.5-21 ms, 4.5 with this cache). Only
-    /// `log` reads through it: it names
-    /// versions by log entries, which go with their records, so a deleted
-    /// version is never served from here.
-    decoded: Arc<quick_cache::sync::Cache<VersionId, VersionRecord>>,
+    /// the hash of its content), so [`Records::log`] decodes each once:
+    /// every automatic checkpoint prunes by the whole log, and decoding
+    /// it was most of a fork of a head with 1,000 versions (BENCHMARKS).
+    /// Only `log` reads through it: it names versions by log entries,
+    /// which go with their records, so a deleted version is never served
+    /// from here.
+    decoded: Arc<Mutex<HashMap<VersionId, VersionRecord>>>,
 }
 
 /// The most version records [`Records::decoded`] keeps (a few hundred
-/// bytes each).
+/// bytes each); past it, it starts again empty.
 const DECODED: usize = 65_536;
 
 impl Records {
     pub fn new(db: Arc<Db>, backend: Arc<Backend>) -> Records {
-        Records { db, backend, decoded: Arc::new(quick_cache::sync::Cache::new(DECODED)) }
+        Records { db, backend, decoded: Arc::default() }
     }
 
     /// The volume named `name`, as this host knows it.
@@ -93,14 +95,20 @@ impl Records {
         let mut out = Vec::new();
         for (_, id) in self.db.scan_meta(&keys::log_prefix(volume.id))? {
             let id = parse_id(&id, "log entry")?;
-            match self.decoded.get(&id) {
-                Some(v) => out.push(v),
+            let known = self.decoded.lock().get(&id).cloned();
+            let v = match known {
+                Some(v) => v,
                 None => {
                     let v = self.version(&id)?;
-                    self.decoded.insert(id, v.clone());
-                    out.push(v);
+                    let mut decoded = self.decoded.lock();
+                    if decoded.len() >= DECODED {
+                        decoded.clear();
+                    }
+                    decoded.insert(id, v.clone());
+                    v
                 }
-            }
+            };
+            out.push(v);
         }
         Ok(out)
     }

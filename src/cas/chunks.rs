@@ -196,8 +196,8 @@ impl ChunkStore {
             queue: Some(tx),
             uploader: Some(uploader),
             cache,
+            readahead: ReadAhead::new(config.readahead, disk.clone()),
             disk,
-            readahead: ReadAhead::new(config.readahead),
             config,
             stats,
             gc: GcTrack::default(),
@@ -337,33 +337,26 @@ impl ChunkStore {
     }
 
     /// The stored bytes of chunk `id` at `loc`; from a remote store with
-    /// read-ahead, the chunks after it go to the disk cache, verified.
+    /// read-ahead, the chunks after it go to the disk cache, verified
+    /// (`readahead.rs`).
     fn fetch_stored(&self, id: &ChunkId, loc: &Location) -> Result<Bytes> {
         let key = keys::pack(&loc.pack);
-        let Some(disk) = &self.disk else {
+        if self.disk.is_none() {
             let range = loc.offset..loc.offset + loc.stored_len as u64;
             return self.backend.get_range(&key, range);
-        };
+        }
         let e = loc.entry(*id);
         let pack_len = || Ok(self.index.pack_info(&loc.pack)?.map(|p| p.len));
-        let f = match self.readahead.fetch(&self.backend, loc.pack, &key, pack_len, &e) {
-            Ok(f) => f,
+        match self.readahead.fetch(&self.backend, loc.pack, &key, pack_len, &e) {
             // A damaged footer must not fail a chunk that is itself intact
             // (an unreachable store fails the chunk alike: no second wait).
             Err(err) if err.kind() == ErrorKind::Corrupt => {
                 tracing::warn!(pack = %loc.pack, error = %err, "read-ahead failed; reading the chunk alone");
                 let range = loc.offset..loc.offset + loc.stored_len as u64;
-                return self.backend.get_range(&key, range);
+                self.backend.get_range(&key, range)
             }
-            Err(err) => return Err(err),
-        };
-        for (e, stored) in &f.followers {
-            match pack::decompress(e, stored) {
-                Ok(plain) => disk.put(&e.id, &plain),
-                Err(err) => tracing::warn!(chunk = %e.id, error = %err, "read-ahead chunk is bad"),
-            }
+            r => r,
         }
-        Ok(f.stored)
     }
 
     fn locate(&self, id: &ChunkId) -> Result<Location> {

@@ -37,7 +37,7 @@ const STREAMS: usize = 16;
 /// Windows a sequential fetch starts in the background after its own.
 pub const AHEAD: usize = 3;
 
-/// Background windows in flight at most, over all streams.
+/// Background windows in flight at most, over all streams of a store.
 const MAX_BACKGROUND: usize = 8;
 
 pub struct ReadAhead {
@@ -75,6 +75,14 @@ impl Flight {
     fn land(&self, r: std::result::Result<Bytes, String>) {
         *self.done.lock() = Some(r);
         self.landed.notify_all();
+    }
+
+    fn land_unless_landed(&self, r: std::result::Result<Bytes, String>) {
+        let mut d = self.done.lock();
+        if d.is_none() {
+            *d = Some(r);
+            self.landed.notify_all();
+        }
     }
 
     /// The stored bytes of the chunk at `offset` (`len` bytes) once the
@@ -201,8 +209,17 @@ impl ReadAhead {
                 l
             }
         };
-        let mut windows = self.claim(pack, &layout, e);
+        let mut windows = match self.claim(pack, &layout, e) {
+            Claim::Windows(w) => w,
+            // Another fetch took it meanwhile: its bytes, else alone.
+            Claim::Flying(f) => {
+                return f.wait(e.offset, e.stored_len as usize).map_or_else(alone, Ok);
+            }
+            // The index and the footer disagree: the chunk alone.
+            Claim::NotInLayout => return alone(),
+        };
         let first = windows.remove(0);
+        let _unclaim = Landing { shared: &self.shared, pack, w: &first, background: false };
         self.advance(pack, end, windows.last().unwrap_or(&first).range().end);
         for w in windows {
             self.start_background(backend, key, pack, w);
@@ -218,34 +235,35 @@ impl ReadAhead {
             .fetched
             .fetch_add(got.as_ref().map_or(0, |b| b.len() as u64), Ordering::Relaxed);
         first.flight.land(got.as_ref().cloned().map_err(|e| e.to_string()));
-        let bytes = match got {
-            Ok(b) => b,
-            Err(err) => {
-                self.shared.unclaim(pack, &first);
-                return Err(err);
-            }
-        };
+        let bytes = got?;
         let slice = |x: &Entry| {
             let from = (x.offset - e.offset) as usize;
             bytes.slice(from..from + x.stored_len as usize)
         };
         let followers: Vec<(Entry, Bytes)> =
             first.chunks[1..].iter().map(|x| (*x, slice(x))).collect();
-        // On disk before they stop flying: a reader that finds no flight
-        // finds them there.
+        // On disk before they stop flying (`_unclaim`): a reader that finds
+        // no flight finds them there.
         self.shared.keep(&followers);
-        self.shared.unclaim(pack, &first);
         Ok(slice(e))
     }
 
     /// The window from `e` and the [`AHEAD`] after it (fewer at the end of
     /// the pack, at a chunk another fetch is bringing, or when the
-    /// background is full), each marked as flying.
-    fn claim(&self, pack: PackId, layout: &[Entry], e: &Entry) -> Vec<Window> {
+    /// background is full), each marked as flying, the background ones
+    /// counted; or the flight already bringing `e`.
+    fn claim(&self, pack: PackId, layout: &[Entry], e: &Entry) -> Claim {
         let mut flying = self.shared.flying.lock();
-        let room = MAX_BACKGROUND.saturating_sub(*self.shared.background.lock());
-        let mut windows: Vec<Window> = Vec::new();
+        if let Some(f) = flying.get(&(pack, e.offset)) {
+            return Claim::Flying(f.clone());
+        }
         let mut at = layout.partition_point(|x| x.offset < e.offset);
+        if layout.get(at).is_none_or(|x| x.offset != e.offset || x.stored_len != e.stored_len) {
+            return Claim::NotInLayout;
+        }
+        let mut background = self.shared.background.lock();
+        let room = MAX_BACKGROUND.saturating_sub(*background);
+        let mut windows: Vec<Window> = Vec::new();
         let mut next = e.offset;
         while windows.len() <= AHEAD.min(room) {
             let mut chunks = Vec::new();
@@ -253,10 +271,7 @@ impl ReadAhead {
             while let Some(x) = layout.get(at) {
                 let x_end = x.offset + x.stored_len as u64;
                 let joins = x.offset == stop && (chunks.is_empty() || x_end - next <= self.window);
-                // The chunk asked for is claimed even if another fetch is
-                // bringing it (that one failed for this reader).
-                let first = windows.is_empty() && chunks.is_empty();
-                if !joins || (!first && flying.contains_key(&(pack, x.offset))) {
+                if !joins || flying.contains_key(&(pack, x.offset)) {
                     break;
                 }
                 chunks.push(*x);
@@ -273,9 +288,11 @@ impl ReadAhead {
             windows.push(Window { chunks, flight });
             next = stop;
         }
-        windows
+        *background += windows.len() - 1;
+        Claim::Windows(windows)
     }
 
+    /// Fetches `w` (claimed and counted) on a thread of its own.
     fn start_background(
         &self,
         backend: &Arc<Backend>,
@@ -283,37 +300,66 @@ impl ReadAhead {
         pack: PackId,
         w: Window,
     ) {
-        *self.shared.background.lock() += 1;
         let (shared, backend, key, mine) =
             (self.shared.clone(), backend.clone(), key.clone(), w.clone());
         let spawned = std::thread::Builder::new()
             .name("forkfs-readahead".into())
-            .spawn(move || shared.background_window(&backend, &key, pack, mine));
+            .spawn(move || shared.background_window(backend, &key, pack, mine));
         if let Err(err) = spawned {
             tracing::warn!(error = %err, "no read-ahead thread");
-            w.flight.land(Err(err.to_string()));
-            self.shared.unclaim(pack, &w);
+            drop(Landing { shared: &self.shared, pack, w: &w, background: true });
+        }
+    }
+}
+
+/// What [`ReadAhead::claim`] found.
+enum Claim {
+    Windows(Vec<Window>),
+    Flying(Arc<Flight>),
+    NotInLayout,
+}
+
+/// Ends a claimed window however its fetch ends (a panic included): lands
+/// its flight as failed if nothing landed it, so no reader waits forever,
+/// takes its chunks out of `flying` and, for a background window, counts
+/// it done.
+struct Landing<'a> {
+    shared: &'a Shared,
+    pack: PackId,
+    w: &'a Window,
+    background: bool,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        self.w.flight.land_unless_landed(Err("the read-ahead ended without an answer".into()));
+        self.shared.unclaim(self.pack, self.w);
+        if self.background {
             self.shared.background_done();
         }
     }
 }
 
 impl Shared {
-    /// Fetches window `w` and puts its chunks in the disk cache, verified
-    /// (a chunk that fails is left out: its reader fetches it alone).
+    /// Fetches window `w` and puts its chunks in the disk cache, verified.
+    /// The backend goes before the window is counted done: a store that
+    /// waits for its read-ahead to close also waits for the lock the
+    /// backend may hold.
     fn background_window(
         &self,
-        backend: &Backend,
+        backend: Arc<Backend>,
         key: &object_store::path::Path,
         pack: PackId,
         w: Window,
     ) {
+        let _done = Landing { shared: self, pack, w: &w, background: true };
         let range = w.range();
         let got = match backend.get_range(key, range.clone()) {
             Ok(b) if b.len() as u64 == range.end - range.start => Ok(b),
             Ok(_) => Err(format!("pack {pack}: a ranged read came back short")),
             Err(e) => Err(e.to_string()),
         };
+        drop(backend);
         if let Ok(b) = &got {
             self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
         }
@@ -328,10 +374,8 @@ impl Shared {
             }
             Err(why) => tracing::debug!(%pack, why, "background read-ahead failed"),
         }
-        // After the disk cache has them: a reader that finds no flight
-        // finds the chunk there.
-        self.unclaim(pack, &w);
-        self.background_done();
+        // `_done` then unclaims, after the disk cache has the chunks: a
+        // reader that finds no flight finds them there.
     }
 
     /// Puts `chunks` in the disk cache, verified (a chunk that fails is
@@ -526,5 +570,22 @@ mod tests {
 
     fn plains_of(plains: &[Vec<u8>], e: &Entry) -> Vec<u8> {
         plains.iter().find(|p| ChunkId::of(p) == e.id).unwrap().clone()
+    }
+
+    #[test]
+    fn a_waiter_gets_its_chunk_from_a_flight_that_started_before_it() {
+        let f = Flight::new(100);
+        let bytes: Bytes = (0..50u8).collect::<Vec<_>>().into();
+        let waiter = std::thread::spawn({
+            let f = f.clone();
+            move || f.wait(120, 10)
+        });
+        f.land(Ok(bytes.clone()));
+        assert_eq!(waiter.join().unwrap(), Some(bytes.slice(20..30)));
+        assert_eq!(f.wait(145, 10), None, "past what the flight brought");
+        let failed = Flight::new(0);
+        failed.land_unless_landed(Err("gone".into()));
+        failed.land_unless_landed(Ok(bytes));
+        assert_eq!(failed.wait(0, 10), None, "a failed flight stays failed");
     }
 }

@@ -9,9 +9,9 @@
 //! single stream from an S3 server is slow (about 57 MiB/s from s3s-fs on
 //! loopback, where eight at once reach 460 MiB/s). So a sequential fetch
 //! also starts the [`AHEAD`] windows after it, each a GET on a thread of
-//! its own whose chunks go to the disk cache. And a chunk is fetched once:
-//! a read of a chunk whose window is on its way waits for that GET instead
-//! of starting its own (a reader with many requests in flight, as
+//! its own whose chunks go to the disk cache. And a chunk is fetched about
+//! once: a read of a chunk whose window is on its way waits for that GET
+//! instead of starting its own (a reader with many requests in flight, as
 //! nbdcopy is, used to start an overlapping window per request: 4.7 times
 //! the bytes it read).
 //!
@@ -72,12 +72,8 @@ impl Flight {
         Arc::new(Flight { start, done: Mutex::new(None), landed: Condvar::new() })
     }
 
+    /// Gives the flight its answer; the first one given stays.
     fn land(&self, r: std::result::Result<Bytes, String>) {
-        *self.done.lock() = Some(r);
-        self.landed.notify_all();
-    }
-
-    fn land_unless_landed(&self, r: std::result::Result<Bytes, String>) {
         let mut d = self.done.lock();
         if d.is_none() {
             *d = Some(r);
@@ -111,6 +107,15 @@ impl Window {
     fn range(&self) -> std::ops::Range<u64> {
         let last = self.chunks.last().expect("a window has a chunk");
         self.flight.start..last.offset + last.stored_len as u64
+    }
+
+    /// Each chunk's stored bytes in `bytes`, the window's GET.
+    fn parts(&self, bytes: &Bytes) -> Vec<(Entry, Bytes)> {
+        let at = |x: &Entry| (x.offset - self.flight.start) as usize;
+        self.chunks
+            .iter()
+            .map(|x| (*x, bytes.slice(at(x)..at(x) + x.stored_len as usize)))
+            .collect()
     }
 }
 
@@ -146,7 +151,7 @@ impl ReadAhead {
         }
     }
 
-    /// True (and the stream advanced to `next`) when `start` is where a
+    /// True (and the stream advanced to `end`) when `start` is where a
     /// recent fetch from `pack` ended; otherwise a new stream starts,
     /// ending at `end`.
     fn sequential(&self, pack: PackId, start: u64, end: u64) -> bool {
@@ -224,28 +229,12 @@ impl ReadAhead {
         for w in windows {
             self.start_background(backend, key, pack, w);
         }
-        let range = first.range();
-        let got = backend.get_range(key, range.clone()).and_then(|b| {
-            if b.len() as u64 != range.end - range.start {
-                return Err(Error::corrupt(format!("pack {pack}: a ranged read came back short")));
-            }
-            Ok(b)
-        });
-        self.shared
-            .fetched
-            .fetch_add(got.as_ref().map_or(0, |b| b.len() as u64), Ordering::Relaxed);
-        first.flight.land(got.as_ref().cloned().map_err(|e| e.to_string()));
-        let bytes = got?;
-        let slice = |x: &Entry| {
-            let from = (x.offset - e.offset) as usize;
-            bytes.slice(from..from + x.stored_len as usize)
-        };
-        let followers: Vec<(Entry, Bytes)> =
-            first.chunks[1..].iter().map(|x| (*x, slice(x))).collect();
+        let mut parts = first.parts(&self.shared.get_window(backend, key, pack, &first)?);
+        let (_, stored) = parts.remove(0);
         // On disk before they stop flying (`_unclaim`): a reader that finds
         // no flight finds them there.
-        self.shared.keep(&followers);
-        Ok(slice(e))
+        self.shared.keep(&parts);
+        Ok(stored)
     }
 
     /// The window from `e` and the [`AHEAD`] after it (fewer at the end of
@@ -332,7 +321,7 @@ struct Landing<'a> {
 
 impl Drop for Landing<'_> {
     fn drop(&mut self) {
-        self.w.flight.land_unless_landed(Err("the read-ahead ended without an answer".into()));
+        self.w.flight.land(Err("the read-ahead ended without an answer".into()));
         self.shared.unclaim(self.pack, self.w);
         if self.background {
             self.shared.background_done();
@@ -353,29 +342,34 @@ impl Shared {
         w: Window,
     ) {
         let _done = Landing { shared: self, pack, w: &w, background: true };
-        let range = w.range();
-        let got = match backend.get_range(key, range.clone()) {
-            Ok(b) if b.len() as u64 == range.end - range.start => Ok(b),
-            Ok(_) => Err(format!("pack {pack}: a ranged read came back short")),
-            Err(e) => Err(e.to_string()),
-        };
+        let got = self.get_window(&backend, key, pack, &w);
         drop(backend);
-        if let Ok(b) = &got {
-            self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
-        }
-        w.flight.land(got.clone());
-        match &got {
-            Ok(bytes) => {
-                let slice = |x: &Entry| {
-                    let from = (x.offset - range.start) as usize;
-                    bytes.slice(from..from + x.stored_len as usize)
-                };
-                self.keep(&w.chunks.iter().map(|x| (*x, slice(x))).collect::<Vec<_>>());
-            }
-            Err(why) => tracing::debug!(%pack, why, "background read-ahead failed"),
+        match got {
+            Ok(bytes) => self.keep(&w.parts(&bytes)),
+            Err(e) => tracing::debug!(%pack, error = %e, "background read-ahead failed"),
         }
         // `_done` then unclaims, after the disk cache has the chunks: a
         // reader that finds no flight finds them there.
+    }
+
+    /// One ranged GET of window `w`, its flight landed with the answer.
+    fn get_window(
+        &self,
+        backend: &Backend,
+        key: &object_store::path::Path,
+        pack: PackId,
+        w: &Window,
+    ) -> Result<Bytes> {
+        let range = w.range();
+        let got = backend.get_range(key, range.clone()).and_then(|b| match b.len() as u64 {
+            n if n == range.end - range.start => Ok(b),
+            _ => Err(Error::corrupt(format!("pack {pack}: a ranged read came back short"))),
+        });
+        if let Ok(b) = &got {
+            self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
+        }
+        w.flight.land(got.as_ref().cloned().map_err(|e| e.to_string()));
+        got
     }
 
     /// Puts `chunks` in the disk cache, verified (a chunk that fails is
@@ -425,11 +419,19 @@ mod tests {
     /// About three of the test pack's chunks.
     const WINDOW: u64 = 25_000;
 
-    /// A pack of 40 chunks in a local store: (backend, pack, key, entries
-    /// by offset, plain bytes of each entry).
-    fn a_pack(
-        d: &std::path::Path,
-    ) -> (Arc<Backend>, PackId, object_store::path::Path, Vec<Entry>, Vec<Vec<u8>>) {
+    /// A pack of 40 chunks in a local store.
+    struct TestPack {
+        backend: Arc<Backend>,
+        id: PackId,
+        key: object_store::path::Path,
+        len: u64,
+        /// By offset.
+        entries: Vec<Entry>,
+        /// The plain bytes of each entry.
+        plains: Vec<Vec<u8>>,
+    }
+
+    fn a_pack(d: &std::path::Path) -> TestPack {
         let backend = Arc::new(Backend::local(d.to_path_buf()).unwrap());
         let mut w = PackWriter::new();
         let mut plains = Vec::new();
@@ -440,49 +442,49 @@ mod tests {
             w.add(ChunkId::of(&plain), plain.len() as u32, codec, &stored);
             plains.push(plain);
         }
-        let (pack, bytes, mut entries) = w.seal();
+        let (id, bytes, mut entries) = w.seal();
         entries.sort_by_key(|e| e.offset);
-        let key = crate::objects::keys::pack(&pack);
+        let key = crate::objects::keys::pack(&id);
+        let len = bytes.len() as u64;
         backend.put(&key, bytes).unwrap();
         let plains = entries.iter().map(|e| plains_of(&plains, e)).collect();
-        (backend, pack, key, entries, plains)
+        TestPack { backend, id, key, len, entries, plains }
+    }
+
+    /// A test pack, a disk cache and a read-ahead of [`WINDOW`] into it.
+    fn setup(d: &std::path::Path) -> (TestPack, Arc<DiskCache>, ReadAhead) {
+        let p = a_pack(&d.join("objects"));
+        let disk = Arc::new(DiskCache::open(&d.join("cache"), 1 << 30).unwrap());
+        let ra = ReadAhead::new(WINDOW, Some(disk.clone()));
+        (p, disk, ra)
+    }
+
+    impl TestPack {
+        fn fetch(&self, ra: &ReadAhead, e: &Entry) -> Bytes {
+            ra.fetch(&self.backend, self.id, &self.key, || Ok(Some(self.len)), e).unwrap()
+        }
     }
 
     /// What `ChunkStore::get` does: the disk cache, else a fetch. Returns
     /// the plain bytes.
-    fn read(
-        ra: &ReadAhead,
-        disk: &DiskCache,
-        pack: &(Arc<Backend>, PackId, object_store::path::Path, Vec<Entry>, Vec<Vec<u8>>),
-        e: &Entry,
-    ) -> Vec<u8> {
+    fn read(ra: &ReadAhead, disk: &DiskCache, p: &TestPack, e: &Entry) -> Vec<u8> {
         if let Some(b) = disk.get(&e.id) {
             return b.to_vec();
         }
-        let stored = ra.fetch(&pack.0, pack.1, &pack.2, || Ok(Some(pack_len(pack))), e).unwrap();
-        decompress(e, &stored).unwrap().to_vec()
-    }
-
-    fn pack_len(
-        p: &(Arc<Backend>, PackId, object_store::path::Path, Vec<Entry>, Vec<Vec<u8>>),
-    ) -> u64 {
-        p.0.get(&p.2).unwrap().len() as u64
+        decompress(e, &p.fetch(ra, e)).unwrap().to_vec()
     }
 
     #[test]
     fn sequential_reads_bring_the_following_chunks_random_ones_do_not() {
         let d = tempfile::tempdir().unwrap();
-        let p = a_pack(&d.path().join("objects"));
-        let (backend, pack, key, entries, plains) = (&p.0, p.1, &p.2, &p.3, &p.4);
-        let disk = Arc::new(DiskCache::open(&d.path().join("cache"), 1 << 30).unwrap());
-        let ra = ReadAhead::new(WINDOW, Some(disk.clone()));
-        let len = pack_len(&p);
+        let (p, disk, ra) = setup(d.path());
+        let (entries, plains) = (&p.entries, &p.plains);
         let on_disk = |i: usize| disk.get(&entries[i].id).map(|b| b.to_vec());
 
-        ra.fetch(backend, pack, key, || Ok(Some(len)), &entries[0]).unwrap();
+        p.fetch(&ra, &entries[0]);
         ra.quiesce();
         assert_eq!(on_disk(1), None, "a first read is not yet a stream");
-        let second = ra.fetch(backend, pack, key, || Ok(Some(len)), &entries[1]).unwrap();
+        let second = p.fetch(&ra, &entries[1]);
         assert_eq!(&decompress(&entries[1], &second).unwrap()[..], &plains[1][..]);
         assert_eq!(on_disk(2).as_ref(), Some(&plains[2]), "the next chunk continues the stream");
         ra.quiesce();
@@ -494,7 +496,7 @@ mod tests {
         let stored: u64 = entries[1..i].iter().map(|e| e.stored_len as u64).sum();
         assert!(stored <= WINDOW * (1 + AHEAD as u64), "within the windows: {stored}");
         // A jump elsewhere is a random read: its chunk alone.
-        let jump = ra.fetch(backend, pack, key, || Ok(Some(len)), &entries[35]).unwrap();
+        let jump = p.fetch(&ra, &entries[35]);
         assert_eq!(&decompress(&entries[35], &jump).unwrap()[..], &plains[35][..]);
         ra.quiesce();
         assert_eq!(on_disk(36), None);
@@ -502,8 +504,8 @@ mod tests {
         let d2 = tempfile::tempdir().unwrap();
         let disk2 = Arc::new(DiskCache::open(d2.path(), 1 << 30).unwrap());
         let off = ReadAhead::new(0, Some(disk2.clone()));
-        off.fetch(backend, pack, key, || Ok(Some(len)), &entries[0]).unwrap();
-        off.fetch(backend, pack, key, || Ok(Some(len)), &entries[1]).unwrap();
+        p.fetch(&off, &entries[0]);
+        p.fetch(&off, &entries[1]);
         off.quiesce();
         assert_eq!(disk2.usage(), (0, 0));
     }
@@ -511,10 +513,8 @@ mod tests {
     #[test]
     fn a_sequential_read_starts_the_windows_after_it_and_fetches_each_chunk_once() {
         let d = tempfile::tempdir().unwrap();
-        let p = a_pack(&d.path().join("objects"));
-        let disk = Arc::new(DiskCache::open(&d.path().join("cache"), 1 << 30).unwrap());
-        let ra = ReadAhead::new(WINDOW, Some(disk.clone()));
-        let (entries, plains) = (&p.3, &p.4);
+        let (p, disk, ra) = setup(d.path());
+        let (entries, plains) = (&p.entries, &p.plains);
         read(&ra, &disk, &p, &entries[0]);
         read(&ra, &disk, &p, &entries[1]);
         ra.quiesce();
@@ -542,9 +542,7 @@ mod tests {
     #[test]
     fn concurrent_sequential_readers_fetch_each_chunk_about_once() {
         let d = tempfile::tempdir().unwrap();
-        let p = a_pack(&d.path().join("objects"));
-        let disk = Arc::new(DiskCache::open(&d.path().join("cache"), 1 << 30).unwrap());
-        let ra = ReadAhead::new(WINDOW, Some(disk.clone()));
+        let (p, disk, ra) = setup(d.path());
         // Four readers take the chunks in order, as a client with four
         // requests in flight asks for a disk's blocks.
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -553,14 +551,14 @@ mod tests {
                 s.spawn(|| {
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(e) = p.3.get(i) else { break };
-                        assert_eq!(read(&ra, &disk, &p, e), p.4[i], "chunk {i}");
+                        let Some(e) = p.entries.get(i) else { break };
+                        assert_eq!(read(&ra, &disk, &p, e), p.plains[i], "chunk {i}");
                     }
                 });
             }
         });
         ra.quiesce();
-        let stored: u64 = p.3.iter().map(|e| e.stored_len as u64).sum();
+        let stored: u64 = p.entries.iter().map(|e| e.stored_len as u64).sum();
         assert!(
             ra.fetched_bytes() <= stored * 3 / 2,
             "{} fetched for {stored}",
@@ -584,8 +582,8 @@ mod tests {
         assert_eq!(waiter.join().unwrap(), Some(bytes.slice(20..30)));
         assert_eq!(f.wait(145, 10), None, "past what the flight brought");
         let failed = Flight::new(0);
-        failed.land_unless_landed(Err("gone".into()));
-        failed.land_unless_landed(Ok(bytes));
+        failed.land(Err("gone".into()));
+        failed.land(Ok(bytes));
         assert_eq!(failed.wait(0, 10), None, "a failed flight stays failed");
     }
 }

@@ -79,6 +79,9 @@ pub struct Export {
     pub latency: crate::metrics::Latency,
     /// When the version graph last advanced (flush mode checkpoints).
     last_checkpoint: Mutex<Instant>,
+    /// Held while a checkpoint runs: a trigger that need not wait for it
+    /// (a FLUSH, the timer) skips it instead of queueing behind it.
+    checkpointing: Mutex<()>,
     /// Live exports: when writes become durable.
     persist: Option<Arc<Persistence>>,
     /// The last metrics report: when, and the safe point count then.
@@ -134,6 +137,7 @@ impl Export {
             counters: Counters::default(),
             latency: Default::default(),
             last_checkpoint: Mutex::new(Instant::now()),
+            checkpointing: Mutex::new(()),
             persist,
             reported: Mutex::new((Instant::now(), 0)),
             key: changed.new_key(),
@@ -288,8 +292,32 @@ impl Export {
     }
 
     /// Records the head as an automatic version if it changed and at least
-    /// `min_interval` passed since the last one. Returns whether it did.
+    /// `min_interval` passed since the last one, after any checkpoint
+    /// running now. Returns whether it did.
     pub fn checkpoint(&self, min_interval: Duration) -> forkfs::Result<bool> {
+        let _one = self.checkpointing.lock();
+        self.checkpoint_locked(min_interval)
+    }
+
+    /// Whether [`Export::checkpoint_unless_running`] would look at the
+    /// head now: none is running and `min_interval` passed since the last.
+    /// Cheap, so a FLUSH starts no task when it would do nothing.
+    pub fn checkpoint_due(&self, min_interval: Duration) -> bool {
+        matches!(self.backing, Opened::Live(_))
+            && !self.checkpointing.is_locked()
+            && self.last_checkpoint.lock().elapsed() >= min_interval
+    }
+
+    /// As [`Export::checkpoint`], but does nothing while one is running:
+    /// every FLUSH during a long checkpoint used to start a blocking task
+    /// that waited for it (tokio's pool grew to its 512 threads) and then
+    /// took a checkpoint of its own.
+    pub fn checkpoint_unless_running(&self, min_interval: Duration) -> forkfs::Result<bool> {
+        let Some(_one) = self.checkpointing.try_lock() else { return Ok(false) };
+        self.checkpoint_locked(min_interval)
+    }
+
+    fn checkpoint_locked(&self, min_interval: Duration) -> forkfs::Result<bool> {
         let Opened::Live(h) = &self.backing else { return Ok(false) };
         {
             let mut last = self.last_checkpoint.lock();

@@ -388,8 +388,11 @@ pub async fn run(
                 let ex = exports.clone();
                 let every = cfg.checkpoint_every;
                 tokio::task::spawn_blocking(move || {
-                    checkpoint_all(&ex);
                     for e in ex.opened() {
+                        // One still running (a long fold) is left to finish.
+                        if let Err(err) = e.checkpoint_unless_running(Duration::ZERO) {
+                            tracing::warn!(export = %e.name, error = %err, "checkpoint failed");
+                        }
                         e.report(every);
                     }
                 });

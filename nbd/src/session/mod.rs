@@ -380,9 +380,9 @@ impl Job {
         match res {
             Ok(out) => {
                 let _ = tx.send((encode(&req, structured, out), charge));
-                if req.command == Command::Flush {
+                if req.command == Command::Flush && ex.checkpoint_due(checkpoint_after_flush) {
                     tokio::task::spawn_blocking(move || {
-                        if let Err(e) = ex.checkpoint(checkpoint_after_flush) {
+                        if let Err(e) = ex.checkpoint_unless_running(checkpoint_after_flush) {
                             tracing::warn!(export = %ex.name, error = %e, "checkpoint after flush failed");
                         }
                     });

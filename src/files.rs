@@ -68,3 +68,25 @@ pub(crate) fn golden(name: &str, encoded: &[u8]) -> Vec<u8> {
     }
     want
 }
+
+/// Renames `from` to `to`, failing with `AlreadyExists` instead of
+/// replacing a file already at `to` (renameat2's RENAME_NOREPLACE).
+pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: both are valid NUL-terminated paths that outlive the call.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}

@@ -17,6 +17,17 @@
 //! unsynced data below a mark. A new segment's directory entry is synced
 //! when the segment is created.
 //!
+//! Recycling: a segment below the floor is not always deleted. Up to
+//! [`SPARES`] of them per volume (the largest, cut to [`SPARE_BYTES`])
+//! are renamed `<seq 016x>.spare` and become the next new segments, whose
+//! appends then write over blocks the file already has. On ext4 an
+//! fdatasync of such a write commits no journal transaction (the file's
+//! size and extents do not change): 43-62 us on this machine's disk
+//! against 89-139 us for an append (measured by hand, 8 KiB writes each
+//! fdatasynced), which every FLUSH pays. A spare's old bytes are never
+//! read as data: a [`LogRef`] names only bytes appended to its segment,
+//! and its CRC tells them from the old ones a power cut may leave.
+//!
 //! Reading tells apart data that is not there ([`Read::Lost`]: the segment
 //! missing, cut short, or failing its CRC, as power loss before any flush
 //! leaves it) from a failure to read (an I/O error: never taken for lost
@@ -152,6 +163,11 @@ pub struct DataLog {
     skip_sync: bool,
 }
 
+/// Segment files each volume keeps for reuse once below its floor.
+pub const SPARES: usize = 2;
+/// A spare keeps at most this many bytes of the segment it was.
+pub const SPARE_BYTES: u64 = 64 << 20;
+
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)?.sync_all()?;
     Ok(())
@@ -165,8 +181,17 @@ fn seg_path(dir: &Path, vol: VolumeId, seq: u64) -> PathBuf {
     vol_dir(dir, vol).join(format!("{seq:016x}.seg"))
 }
 
+fn spare_path(dir: &Path, vol: VolumeId, seq: u64) -> PathBuf {
+    vol_dir(dir, vol).join(format!("{seq:016x}.spare"))
+}
+
 /// Segment numbers present on disk for a volume.
 fn list_segments(dir: &Path, vol: VolumeId) -> Result<Vec<u64>> {
+    list_files(dir, vol, ".seg")
+}
+
+/// The numbers of a volume's files named `<seq 016x><suffix>`, in order.
+fn list_files(dir: &Path, vol: VolumeId, suffix: &str) -> Result<Vec<u64>> {
     let d = vol_dir(dir, vol);
     let rd = match std::fs::read_dir(&d) {
         Ok(rd) => rd,
@@ -177,7 +202,7 @@ fn list_segments(dir: &Path, vol: VolumeId) -> Result<Vec<u64>> {
     for e in rd {
         let name = e?.file_name();
         let name = name.to_string_lossy();
-        if let Some(seq) = name.strip_suffix(".seg").and_then(|s| u64::from_str_radix(s, 16).ok()) {
+        if let Some(seq) = name.strip_suffix(suffix).and_then(|s| u64::from_str_radix(s, 16).ok()) {
             out.push(seq);
         }
     }
@@ -215,18 +240,31 @@ impl DataLog {
     }
 
     /// A new segment, its directory entry durable (a synced overlay entry
-    /// naming it must find it after power loss).
+    /// naming it must find it after power loss): the largest spare renamed,
+    /// else a new file.
     fn create(&self, vol: VolumeId, seq: u64) -> Result<Arc<Segment>> {
         let dir = vol_dir(&self.dir, vol);
         if !dir.exists() {
             std::fs::create_dir_all(&dir)?;
             sync_dir(&self.dir)?;
         }
-        let file = crate::files::private_file()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(seg_path(&self.dir, vol, seq))?;
+        let path = seg_path(&self.dir, vol, seq);
+        let mut open = crate::files::private_file();
+        open.read(true).write(true);
+        // Never over a file already there (`seq` is above them all); a
+        // filesystem without RENAME_NOREPLACE gets a new file.
+        let recycled = match self.largest_spare(vol)? {
+            Some(spare) => match crate::files::rename_noreplace(&spare, &path) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(e.into()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a spare data log segment was not reused");
+                    false
+                }
+            },
+            None => false,
+        };
+        let file = if recycled { open.open(&path)? } else { open.create_new(true).open(&path)? };
         sync_dir(&dir)?;
         let appends = Mutex::new((0, BTreeSet::new()));
         Ok(Arc::new(Segment {
@@ -447,7 +485,24 @@ impl DataLog {
         Ok(next)
     }
 
-    /// Deletes the segments of `vol` below `floor` (all of them with `u64::MAX`).
+    /// The spare of `vol` with the most bytes, if any.
+    fn largest_spare(&self, vol: VolumeId) -> Result<Option<PathBuf>> {
+        let mut best: Option<(u64, PathBuf)> = None;
+        for seq in list_files(&self.dir, vol, ".spare")? {
+            let p = spare_path(&self.dir, vol, seq);
+            let len = std::fs::metadata(&p)?.len();
+            if best.as_ref().is_none_or(|(l, _)| len > *l) {
+                best = Some((len, p));
+            }
+        }
+        Ok(best.map(|(_, p)| p))
+    }
+
+    /// Deletes the segments of `vol` below `floor` (all of them, and the
+    /// spares, with `u64::MAX`), but for the largest [`SPARES`] of them and
+    /// the spares already there, which become (or stay) spares, cut to
+    /// [`SPARE_BYTES`]. Call once nothing reads below the floor: a spare's
+    /// bytes are written over.
     pub fn drop_below(&self, vol: VolumeId, floor: u64) -> Result<()> {
         {
             let mut vols = self.volumes.lock();
@@ -461,9 +516,30 @@ impl DataLog {
                 }
             }
         }
-        for seq in list_segments(&self.dir, vol)? {
-            if seq < floor {
-                std::fs::remove_file(seg_path(&self.dir, vol, seq))?;
+        // (bytes, path, the spare path if it is a segment now)
+        let mut files: Vec<(u64, PathBuf, Option<PathBuf>)> = Vec::new();
+        for seq in list_files(&self.dir, vol, ".spare")? {
+            files.push((0, spare_path(&self.dir, vol, seq), None));
+        }
+        for seq in list_segments(&self.dir, vol)?.into_iter().filter(|s| *s < floor) {
+            files.push((0, seg_path(&self.dir, vol, seq), Some(spare_path(&self.dir, vol, seq))));
+        }
+        let keep = if floor == u64::MAX { 0 } else { SPARES };
+        for f in &mut files {
+            f.0 = std::fs::metadata(&f.1)?.len().min(SPARE_BYTES);
+        }
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        for (i, (len, path, spare)) in files.into_iter().enumerate() {
+            if i >= keep || len == 0 {
+                std::fs::remove_file(&path)?;
+                continue;
+            }
+            let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+            if file.metadata()?.len() > len {
+                file.set_len(len)?;
+            }
+            if let Some(spare) = spare {
+                std::fs::rename(&path, &spare)?;
             }
         }
         if floor == u64::MAX {
@@ -613,6 +689,62 @@ mod tests {
             Err(e) => assert_ne!(e.kind(), crate::error::ErrorKind::Corrupt, "{e}"),
             Ok(r) => panic!("an unreadable segment read as {r:?}"),
         }
+    }
+
+    /// A segment below the floor becomes a spare, and a later new segment
+    /// is that file written over: its appends read back, and bytes a
+    /// power cut took from it read as lost, not as the old bytes there.
+    /// Only the largest [`SPARES`] stay, cut to [`SPARE_BYTES`]; a deleted
+    /// volume keeps none.
+    #[test]
+    fn segments_below_the_floor_are_recycled_as_new_segments() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let v = VolumeId(5);
+        let log = DataLog::open(d.to_path_buf()).unwrap();
+        let inode = |p: PathBuf| std::fs::metadata(p).unwrap().ino();
+        let old = log.append(v, &[9u8; 8192]).unwrap();
+        let old_inode = inode(seg_path(d, v, old.seq));
+        log.sync().unwrap();
+        let floor = log.rotate(v).unwrap();
+        log.drop_below(v, floor).unwrap();
+        assert!(!seg_path(d, v, old.seq).exists());
+        assert_eq!(std::fs::metadata(spare_path(d, v, old.seq)).unwrap().len(), 8192);
+        assert!(matches!(log.read(v, &old).unwrap(), Read::Lost(_)));
+        log.append(v, b"in the floor's segment").unwrap();
+        let next = log.rotate(v).unwrap();
+        assert_eq!(inode(seg_path(d, v, next)), old_inode, "the spare became the new segment");
+        assert!(!spare_path(d, v, old.seq).exists());
+        let a = log.append(v, &[1u8; 100]).unwrap();
+        assert_eq!((a.seq, a.offset), (next, 0));
+        assert_eq!(data(log.read(v, &a)), [1u8; 100]);
+        // Written after `a` and taken by a power cut: the old bytes are there.
+        let gone = LogRef { seq: next, offset: 100, len: 4000, crc: crc32fast::hash(&[2u8; 4000]) };
+        log.sync().unwrap();
+        drop(log);
+        let log = DataLog::open(d.to_path_buf()).unwrap();
+        assert_eq!(data(log.read(v, &a)), [1u8; 100]);
+        assert!(matches!(log.read(v, &gone).unwrap(), Read::Lost(_)));
+
+        // Four segments below a floor, and the largest two stay.
+        let mut segs = Vec::new();
+        for len in [3 << 20, SPARE_BYTES + (1 << 20), 1 << 20, 2 << 20] {
+            let r = log.append(v, b"x").unwrap();
+            let f = std::fs::OpenOptions::new().write(true).open(seg_path(d, v, r.seq)).unwrap();
+            f.set_len(len).unwrap();
+            segs.push(r.seq);
+            log.rotate(v).unwrap();
+        }
+        let floor = log.rotate(v).unwrap();
+        log.drop_below(v, floor).unwrap();
+        let spares = list_files(d, v, ".spare").unwrap();
+        assert_eq!(spares, vec![segs[0], segs[1]], "the largest two");
+        let len = |seq| std::fs::metadata(spare_path(d, v, seq)).unwrap().len();
+        assert_eq!((len(segs[0]), len(segs[1])), (3 << 20, SPARE_BYTES));
+        assert!(list_segments(d, v).unwrap().iter().all(|s| *s >= floor));
+        log.drop_below(v, u64::MAX).unwrap();
+        assert!(!vol_dir(d, v).exists(), "a deleted volume leaves no spare");
     }
 
     /// Data a crash took is a lost write only in a segment of an earlier

@@ -192,11 +192,15 @@ impl Filesystem for LazyFs {
         reply: ReplyEmpty,
     ) {
         let run = || -> Result<(), Errno> {
-            if flags.bits() != 0 {
+            let noreplace = flags.bits() == libc::RENAME_NOREPLACE;
+            if flags.bits() != 0 && !noreplace {
                 return Err(Errno::EINVAL);
             }
             let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
             let replaced = std::fs::symlink_metadata(self.full(&to)).ok();
+            if noreplace && replaced.is_some() {
+                return Err(Errno::EEXIST);
+            }
             std::fs::rename(self.full(&from), self.full(&to)).map_err(errno)?;
             if let Some(m) = replaced.filter(|m| !m.is_dir()) {
                 self.forget_if_gone(m.ino(), m.nlink() - 1);

@@ -161,6 +161,10 @@ pub struct DataLog {
     /// The power-cut test's negative control: no fdatasync (see
     /// `Settings::test_skip_log_sync`).
     skip_sync: bool,
+    /// Held while spares are chosen, cut, renamed or removed: a new segment
+    /// never takes a spare [`DataLog::drop_below`] is cutting or removing
+    /// (it takes none while the lock is busy, rather than wait).
+    spares: Mutex<()>,
 }
 
 /// Segment files each volume keeps for reuse once below its floor.
@@ -213,7 +217,12 @@ fn list_files(dir: &Path, vol: VolumeId, suffix: &str) -> Result<Vec<u64>> {
 impl DataLog {
     pub fn open(dir: PathBuf) -> Result<DataLog> {
         std::fs::create_dir_all(&dir)?;
-        Ok(DataLog { dir, volumes: Mutex::new(HashMap::new()), skip_sync: false })
+        Ok(DataLog {
+            dir,
+            volumes: Mutex::new(HashMap::new()),
+            skip_sync: false,
+            spares: Mutex::new(()),
+        })
     }
 
     /// A log that never syncs its data: wrong on purpose, for the power-cut
@@ -253,7 +262,9 @@ impl DataLog {
         open.read(true).write(true);
         // Never over a file already there (`seq` is above them all); a
         // filesystem without RENAME_NOREPLACE gets a new file.
-        let recycled = match self.largest_spare(vol)? {
+        let spares = self.spares.try_lock();
+        let spare = if spares.is_some() { self.largest_spare(vol)? } else { None };
+        let recycled = match spare {
             Some(spare) => match crate::files::rename_noreplace(&spare, &path) {
                 Ok(()) => true,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(e.into()),
@@ -264,6 +275,7 @@ impl DataLog {
             },
             None => false,
         };
+        drop(spares);
         let file = if recycled { open.open(&path)? } else { open.create_new(true).open(&path)? };
         sync_dir(&dir)?;
         let appends = Mutex::new((0, BTreeSet::new()));
@@ -516,6 +528,7 @@ impl DataLog {
                 }
             }
         }
+        let _spares = self.spares.lock();
         // (bytes, path, the spare path if it is a segment now)
         let mut files: Vec<(u64, PathBuf, Option<PathBuf>)> = Vec::new();
         for seq in list_files(&self.dir, vol, ".spare")? {
@@ -713,6 +726,13 @@ mod tests {
         assert_eq!(std::fs::metadata(spare_path(d, v, old.seq)).unwrap().len(), 8192);
         assert!(matches!(log.read(v, &old).unwrap(), Read::Lost(_)));
         log.append(v, b"in the floor's segment").unwrap();
+        // While a drop_below works on the spares, a new segment is a new file.
+        let busy = log.spares.lock();
+        let fresh = log.rotate(v).unwrap();
+        assert_ne!(inode(seg_path(d, v, fresh)), old_inode);
+        assert!(spare_path(d, v, old.seq).exists());
+        drop(busy);
+        log.append(v, b"in a new file").unwrap();
         let next = log.rotate(v).unwrap();
         assert_eq!(inode(seg_path(d, v, next)), old_inode, "the spare became the new segment");
         assert!(!spare_path(d, v, old.seq).exists());

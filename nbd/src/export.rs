@@ -319,6 +319,7 @@ impl Export {
 
     fn checkpoint_locked(&self, min_interval: Duration) -> forkfs::Result<bool> {
         let Opened::Live(h) = &self.backing else { return Ok(false) };
+        let seals = self.persist.as_ref().map_or(0, |p| p.seals());
         {
             let mut last = self.last_checkpoint.lock();
             if last.elapsed() < min_interval {
@@ -334,7 +335,7 @@ impl Export {
             if h.is_clean()? {
                 *last = Instant::now();
                 if let Some(p) = &self.persist {
-                    p.committed();
+                    p.committed(seals);
                 }
                 return Ok(false);
             }
@@ -345,7 +346,7 @@ impl Export {
             SnapshotOptions { origin: Some(origin), skip_if_clean: true, ..Default::default() };
         self.store.graph().snapshot(h.record().name.as_str(), &opts)?;
         if let Some(p) = &self.persist {
-            p.committed();
+            p.committed(seals);
         }
         *self.last_checkpoint.lock() = Instant::now();
         Counters::add(&self.counters.checkpoints, 1);

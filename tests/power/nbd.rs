@@ -106,11 +106,12 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
             std::thread::sleep(Duration::from_millis(20));
         }
         let uri = format!("nbd+unix:///disk?socket={}", sock.display());
+        let client_log = server_log.with_extension("client.log");
         let mut client = Command::new("nbdsh")
             .env("PATH", format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default()))
             .args(["-u", &uri, "-c", &CLIENT.replace("SEED", &rng.random::<u32>().to_string())])
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(&client_log).unwrap())
             .spawn()
             .unwrap();
         let out = client.stdout.take().unwrap();
@@ -122,8 +123,7 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
         if client.try_wait().unwrap().is_some() {
             kill(server.id());
             let _ = server.wait();
-            let mut err = String::new();
-            let _ = std::io::Read::read_to_string(&mut client.stderr.take().unwrap(), &mut err);
+            let err = std::fs::read_to_string(&client_log).unwrap_or_default();
             let log = std::fs::read_to_string(&server_log).unwrap_or_default();
             panic!("round {round}: the client failed before the cut: {err}\nserver log: {log}");
         }

@@ -112,6 +112,9 @@ pub struct Persistence {
     connections: AtomicU64,
     /// When the oldest seal not yet in a committed version happened.
     uncommitted_since: Mutex<Option<Instant>>,
+    /// Seals so far (counted under `uncommitted_since`'s lock): a version
+    /// committed holds the seals counted before its checkpoint began.
+    seals: AtomicU64,
     pub stats: Stats,
     stop: Arc<AtomicBool>,
 }
@@ -134,6 +137,7 @@ impl Persistence {
             landed: Condvar::new(),
             connections: AtomicU64::new(0),
             uncommitted_since: Mutex::new(None),
+            seals: AtomicU64::new(0),
             stats: Stats::default(),
             stop: Arc::new(AtomicBool::new(false)),
         });
@@ -310,7 +314,11 @@ impl Persistence {
         self.untracked.store(false, Ordering::SeqCst);
         self.stats.safe_points.fetch_add(1, Ordering::Relaxed);
         self.stats.sealed_bytes.fetch_add(st.bytes, Ordering::Relaxed);
-        self.uncommitted_since.lock().get_or_insert(at);
+        {
+            let mut u = self.uncommitted_since.lock();
+            u.get_or_insert(at);
+            self.seals.fetch_add(1, Ordering::SeqCst);
+        }
         tracing::debug!(
             volume = %self.head.record().name,
             generation = sp.map(|s| s.generation),
@@ -327,9 +335,22 @@ impl Persistence {
         self.uncommitted_since.lock().is_some()
     }
 
-    /// A version was committed: what it contains is no longer only local.
-    pub fn committed(&self) {
-        if let Some(t) = self.uncommitted_since.lock().take() {
+    /// Seals so far: read before a checkpoint begins, and given to
+    /// [`Persistence::committed`] after it.
+    pub fn seals(&self) -> u64 {
+        self.seals.load(Ordering::SeqCst)
+    }
+
+    /// A version was committed of the head as it was after `seals` seals:
+    /// what it contains is no longer only local. A seal since (during the
+    /// checkpoint, which may not hold it) leaves the head uncommitted, so
+    /// the next trigger takes a version of it.
+    pub fn committed(&self, seals: u64) {
+        let mut u = self.uncommitted_since.lock();
+        if self.seals.load(Ordering::SeqCst) != seals {
+            return;
+        }
+        if let Some(t) = u.take() {
             let ms = t.elapsed().as_millis() as u64;
             self.stats.commit_latency_last_ms.store(ms, Ordering::Relaxed);
             self.stats.commit_latency_max_ms.fetch_max(ms, Ordering::Relaxed);
@@ -508,5 +529,34 @@ impl Drop for Arrival {
             self.p.arrivals.lock().1.remove(&self.n);
             self.p.landed.notify_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seal that lands while a checkpoint runs is not in its version:
+    /// the head stays uncommitted after that checkpoint, so the next
+    /// trigger versions it (a FLUSH during a running checkpoint starts
+    /// none of its own). On a disk without btrfs every FLUSH seals.
+    #[test]
+    fn a_seal_during_a_checkpoint_leaves_the_head_uncommitted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::init(dir.path(), forkfs::StoreConfig::default()).unwrap();
+        store.volumes().create("d", forkfs::VolumeKind::Block, Some(1 << 20), None).unwrap();
+        let head = store.volumes().open_block("d").unwrap();
+        let p = Persistence::new(head.clone(), store.clone(), Mode::Btrfs).unwrap();
+        head.write_at(0, &[1u8; 4096]).unwrap();
+        p.flush().unwrap();
+        assert!(p.sealed_since_commit());
+        // A checkpoint begins here; another write is sealed during it.
+        let seen = p.seals();
+        head.write_at(4096, &[2u8; 4096]).unwrap();
+        p.flush().unwrap();
+        p.committed(seen);
+        assert!(p.sealed_since_commit(), "the seal during the checkpoint was taken as committed");
+        p.committed(p.seals());
+        assert!(!p.sealed_since_commit());
     }
 }

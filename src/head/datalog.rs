@@ -23,10 +23,11 @@
 //! appends then write over blocks the file already has. On ext4 an
 //! fdatasync of such a write commits no journal transaction (the file's
 //! size and extents do not change): 43-62 us on this machine's disk
-//! against 89-139 us for an append (measured by hand, 8 KiB writes each
-//! fdatasynced), which every FLUSH pays. A spare's old bytes are never
-//! read as data: a [`LogRef`] names only bytes appended to its segment,
-//! and its CRC tells them from the old ones a power cut may leave.
+//! against 89-139 us for an append, which every FLUSH pays (8 KiB writes
+//! each fdatasynced; `scripts/bench-fdatasync`). A spare's old bytes are
+//! never read as data: a [`LogRef`] names only bytes appended to its
+//! segment, and its CRC tells them from the old ones a power cut may
+//! leave.
 //!
 //! Reading tells apart data that is not there ([`Read::Lost`]: the segment
 //! missing, cut short, or failing its CRC, as power loss before any flush

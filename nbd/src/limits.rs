@@ -17,6 +17,19 @@ pub const MIN_MAX_REQUEST: u32 = 1 << 20;
 pub const MAX_MAX_REQUEST: u32 = 1 << 30;
 /// The most request threads a connection may have.
 pub const MAX_THREADS: usize = 256;
+/// Request threads per connection unless `--threads` says otherwise: on
+/// a local store 16 measured no better than 8 (or 4); on a store in a
+/// bucket a cold read waits on a GET, one per thread, and fio's random
+/// 64 KiB reads at a queue depth of 16 went from 707-784 IOPS to
+/// 850-1,277 with 16 (docs/BENCHMARKS.md, "Cold reads against s3s-fs").
+pub const LOCAL_THREADS: usize = 8;
+pub const REMOTE_THREADS: usize = 16;
+
+/// The request threads a connection gets: `--threads` if given, else
+/// the default for the store's kind.
+pub fn default_threads(given: Option<usize>, remote: bool) -> usize {
+    given.unwrap_or(if remote { REMOTE_THREADS } else { LOCAL_THREADS })
+}
 /// Charged for every request on top of its data: the task, the reply
 /// header and chunks, so that many tiny requests are bounded too.
 pub const REQUEST_OVERHEAD: u32 = 4096;
@@ -176,5 +189,13 @@ mod tests {
         assert!(threads(0).unwrap().contains("--threads"));
         assert!(threads(MAX_THREADS + 1).unwrap().contains("--threads"));
         assert!(threads(MAX_THREADS).is_none());
+    }
+
+    #[test]
+    fn a_store_in_a_bucket_gets_more_request_threads_unless_told() {
+        assert_eq!(default_threads(None, false), LOCAL_THREADS);
+        assert_eq!(default_threads(None, true), REMOTE_THREADS);
+        assert_eq!(default_threads(Some(3), true), 3);
+        assert_eq!(default_threads(Some(3), false), 3);
     }
 }

@@ -165,9 +165,9 @@ struct LimitArgs {
     max_connections: usize,
     /// Threads per connection running its queued requests in parallel (a
     /// quick request alone on its connection runs on the connection's own
-    /// thread)
-    #[arg(long, default_value_t = 8, value_name = "N")]
-    threads: usize,
+    /// thread) [default: 8; 16 on a store in a bucket]
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -266,14 +266,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             listen::check(&a, insecure_listen || authenticated, listen::Listener::Nbd)?;
         }
     }
-    let limits = limits::Limits::new(
+    let mut limits = limits::Limits::new(
         l.max_request,
         l.connection_memory,
         l.memory,
         l.handshake_timeout,
         l.idle_timeout,
         l.max_connections,
-        l.threads,
+        limits::default_threads(l.threads, false),
     )
     .map_err(forkfs::Error::invalid)?;
     let dir = cli.store.unwrap_or_else(forkfs::default_store_dir);
@@ -287,6 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let message = format!("{e}{hint}");
         forkfs::Error::new(e.kind(), message).with_detail(forkfs::Detail::StoreInUse)
     })?;
+    limits.threads = limits::default_threads(l.threads, store.is_remote());
     // `forkfs gc`, `fsck`, `prune`, snapshots and groups reach this process
     // while it holds the store, and `forkfs mount` asks it to host mounts.
     let extensions = forkfs::service::Extensions::default();

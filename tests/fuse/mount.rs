@@ -268,6 +268,49 @@ fn versions_taken_diffed_and_restored_while_mounted() {
     assert_eq!(std::fs::create_dir(v.path("d")).unwrap_err().raw_os_error(), Some(libc::EROFS));
 }
 
+/// A restore changes files behind the kernel's back; their sizes and
+/// bytes follow it, also through a descriptor held open across it (the
+/// kernel keeps the inode then). The kernel's writeback cache
+/// (FUSE_WRITEBACK_CACHE) would break this: with it the kernel keeps its
+/// own size for a file it caches, and never takes the mount's again. By
+/// hand, a build asking for that cache failed this test: a file restored
+/// from 70,000 bytes to 6 read as 70,000, zeros past the sixth (see
+/// docs/BENCHMARKS.md, issue 16).
+#[test]
+fn a_restore_resizes_files_held_open() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "sizes", &["--checkpoint-every", "0"]);
+    let long = crate::common::random(70_000, 3);
+    std::fs::write(m.path("grows"), b"short\n").unwrap();
+    std::fs::write(m.path("shrinks"), &long).unwrap();
+    ok(&store, &["snapshot", "sizes", "--name", "one"]);
+    let open =
+        |n: &str| std::fs::OpenOptions::new().read(true).write(true).open(m.path(n)).unwrap();
+    let (mut grows, mut shrinks) = (open("grows"), open("shrinks"));
+    grows.seek(SeekFrom::End(0)).unwrap();
+    grows.write_all(&long).unwrap();
+    shrinks.set_len(0).unwrap();
+    shrinks.write_all(b"short\n").unwrap();
+    // (size, bytes read, whether they are `want`): short on failure.
+    let whole = |f: &mut std::fs::File, want: &[u8]| {
+        let mut v = Vec::new();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        f.read_to_end(&mut v).unwrap();
+        (f.metadata().unwrap().len(), v.len(), v == want)
+    };
+    // The kernel has both files' pages and sizes now.
+    let grown = [&b"short\n"[..], &long].concat();
+    assert_eq!(whole(&mut grows, &grown), (70_006, 70_006, true));
+    assert_eq!(whole(&mut shrinks, b"short\n"), (6, 6, true));
+
+    ok(&store, &["restore", "sizes", "one"]);
+    assert_eq!(whole(&mut grows, b"short\n"), (6, 6, true), "a held file restored smaller");
+    assert_eq!(whole(&mut shrinks, &long), (70_000, 70_000, true), "a held file restored larger");
+    assert!(std::fs::read(m.path("grows")).unwrap() == b"short\n", "grows, by its path");
+    assert!(std::fs::read(m.path("shrinks")).unwrap() == long, "shrinks, by its path");
+}
+
 /// Listings the kernel keeps across opens (FOPEN_CACHE_DIR; with
 /// noatime no listing has to reach the mount) follow changes made through
 /// the mount and restores, which drop the listings they change.

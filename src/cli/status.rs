@@ -34,6 +34,15 @@ pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
         s.packs,
         s.dedupe_ratio
     );
+    if let Some(l) = &s.data_log {
+        println!(
+            "data log {} in {} segments (writes not yet in packs), {} in {} spares (kept for reuse)",
+            bytes(l.bytes),
+            l.segments,
+            bytes(l.spare_bytes),
+            l.spares
+        );
+    }
     if let Some(c) = &s.disk_cache {
         println!(
             "local cache {} of {} ({} chunks read from the remote)",

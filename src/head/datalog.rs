@@ -215,7 +215,46 @@ fn list_files(dir: &Path, vol: VolumeId, suffix: &str) -> Result<Vec<u64>> {
     Ok(out)
 }
 
+/// What the data log holds on local disk (`forkfs status`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LogUsage {
+    /// Segments: writes not yet in a version, and segments a checkpoint
+    /// has not dropped yet.
+    pub bytes: u64,
+    pub segments: usize,
+    /// Spares: segments below the floor kept to be written over
+    /// ([`SPARES`] per volume at most, each cut to [`SPARE_BYTES`]).
+    pub spare_bytes: u64,
+    pub spares: usize,
+}
+
 impl DataLog {
+    /// Bytes and files of every volume's segments and spares, as the
+    /// directory lists them now.
+    pub fn usage(&self) -> Result<LogUsage> {
+        let mut u = LogUsage::default();
+        for vol in std::fs::read_dir(&self.dir)? {
+            let vol = vol?;
+            if !vol.file_type()?.is_dir() {
+                continue;
+            }
+            for f in std::fs::read_dir(vol.path())? {
+                let f = f?;
+                let name = f.file_name();
+                let (bytes, files) = match std::path::Path::new(&name).extension() {
+                    Some(e) if e == "seg" => (&mut u.bytes, &mut u.segments),
+                    Some(e) if e == "spare" => (&mut u.spare_bytes, &mut u.spares),
+                    _ => continue,
+                };
+                // Gone since the listing (dropped or renamed): not counted.
+                let Ok(meta) = f.metadata() else { continue };
+                *bytes += meta.len();
+                *files += 1;
+            }
+        }
+        Ok(u)
+    }
+
     pub fn open(dir: PathBuf) -> Result<DataLog> {
         std::fs::create_dir_all(&dir)?;
         Ok(DataLog {

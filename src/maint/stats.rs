@@ -29,6 +29,10 @@ pub struct StoreStats {
     pub packs: usize,
     /// Logical bytes of all heads per stored byte (history included in stored).
     pub dedupe_ratio: f64,
+    /// The data log on local disk: writes not yet folded into packs, and
+    /// the spare segments kept for reuse (absent from older servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_log: Option<crate::head::datalog::LogUsage>,
     /// The on-disk cache of a remote store: (bytes, chunks, limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_cache: Option<DiskCacheStats>,
@@ -113,6 +117,7 @@ impl Store {
         let logical: u64 = volumes.iter().map(|v| v.logical_bytes).sum();
         let disk_cache = self.disk_cache_stats();
         Ok(StoreStats {
+            data_log: Some(self.storage().log.usage()?),
             upload: self.upload_stats()?,
             view: self.volumes().view()?,
             disk_cache,

@@ -77,6 +77,9 @@ fn block_image_round_trips_through_versions_forks_and_restore() {
     let st = json(&s, &["status"]);
     assert_eq!(st["volumes"].as_array().unwrap().len(), 2);
     assert!(st["stored_bytes"].as_u64().unwrap() > 0);
+    let l = &st["data_log"];
+    assert!(["bytes", "segments", "spare_bytes", "spares"].iter().all(|k| l[k].is_u64()), "{st}");
+    assert!(ok(&s, &["status"]).contains("\ndata log "), "status names the data log");
     let log = json(&s, &["log", "disk"]);
     assert!(log.as_array().unwrap().len() >= 4, "{log}");
 }

@@ -221,3 +221,26 @@ fn data_gone_from_this_processs_segment_is_damage_not_a_lost_write() {
     let log = DataLog::open(dir.path().to_path_buf()).unwrap();
     assert!(matches!(log.read(v, &a).unwrap(), Read::Lost(_)));
 }
+
+#[test]
+fn usage_counts_segments_and_spares_of_every_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    assert_eq!(log.usage().unwrap(), LogUsage::default());
+    let (v, w) = (VolumeId(1), VolumeId(2));
+    log.append(v, &[1u8; 5000]).unwrap();
+    log.append(w, &[2u8; 700]).unwrap();
+    let u = log.usage().unwrap();
+    assert_eq!((u.bytes, u.segments, u.spare_bytes, u.spares), (5700, 2, 0, 0));
+    // Below the floor, v's segment becomes a spare; its next segment is new.
+    log.sync().unwrap();
+    let floor = log.rotate(v).unwrap();
+    log.drop_below(v, floor).unwrap();
+    log.append(v, &[3u8; 300]).unwrap();
+    let u = log.usage().unwrap();
+    assert_eq!((u.bytes, u.segments, u.spare_bytes, u.spares), (1000, 2, 5000, 1));
+    // Other files in the log's directories are not the log's.
+    std::fs::write(dir.path().join(format!("{:016x}", v.0)).join("stray.tmp"), b"x").unwrap();
+    std::fs::write(dir.path().join("note"), b"x").unwrap();
+    assert_eq!(log.usage().unwrap(), u);
+}

@@ -17,12 +17,14 @@ pub const MIN_MAX_REQUEST: u32 = 1 << 20;
 pub const MAX_MAX_REQUEST: u32 = 1 << 30;
 /// The most request threads a connection may have.
 pub const MAX_THREADS: usize = 256;
-/// Request threads per connection unless `--threads` says otherwise: on
-/// a local store 16 measured no better than 8 (or 4); on a store in a
-/// bucket a cold read waits on a GET, one per thread, and fio's random
-/// 64 KiB reads at a queue depth of 16 went from 707-784 IOPS to
-/// 850-1,277 with 16 (docs/BENCHMARKS.md, "Cold reads against s3s-fs").
+/// Request threads per connection on a local store unless `--threads`
+/// says otherwise: 16 measured the same as 4 there (docs/BENCHMARKS.md,
+/// "Threads"), and 8 is between.
 pub const LOCAL_THREADS: usize = 8;
+/// The same on a store in a bucket, where a cold read waits on a GET,
+/// one per thread: fio's random 64 KiB cold reads at a queue depth of 16
+/// went from 707-784 IOPS with 8 to 850-1,277 with 16 (docs/BENCHMARKS.md,
+/// "Cold reads against s3s-fs").
 pub const REMOTE_THREADS: usize = 16;
 
 /// The request threads a connection gets: `--threads` if given, else

@@ -36,7 +36,7 @@ pub fn run(g: &Global, _a: Args) -> anyhow::Result<()> {
     );
     if let Some(l) = &s.data_log {
         println!(
-            "data log {} in {} segments (writes not yet in packs), {} in {} spares (kept for reuse)",
+            "data log {} on disk in {} segment(s), and {} in {} spare(s) kept for reuse",
             bytes(l.bytes),
             l.segments,
             bytes(l.spare_bytes),

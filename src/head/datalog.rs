@@ -218,8 +218,10 @@ fn list_files(dir: &Path, vol: VolumeId, suffix: &str) -> Result<Vec<u64>> {
 /// What the data log holds on local disk (`forkfs status`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogUsage {
-    /// Segments: writes not yet in a version, and segments a checkpoint
-    /// has not dropped yet.
+    /// Segments' file lengths: writes not yet in a version, segments a
+    /// checkpoint has not dropped yet, and, for a segment made from a
+    /// spare, the spare's old bytes past its appends (disk space, not
+    /// pending writes).
     pub bytes: u64,
     pub segments: usize,
     /// Spares: segments below the floor kept to be written over
@@ -234,11 +236,15 @@ impl DataLog {
     pub fn usage(&self) -> Result<LogUsage> {
         let mut u = LogUsage::default();
         for vol in std::fs::read_dir(&self.dir)? {
-            let vol = vol?;
-            if !vol.file_type()?.is_dir() {
-                continue;
-            }
-            for f in std::fs::read_dir(vol.path())? {
+            let vol = vol?.path();
+            let files = match std::fs::read_dir(&vol) {
+                Ok(files) => files,
+                // A deleted volume's directory goes while this looks.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for f in files {
                 let f = f?;
                 let name = f.file_name();
                 let (bytes, files) = match std::path::Path::new(&name).extension() {

@@ -117,7 +117,13 @@ impl Store {
         let logical: u64 = volumes.iter().map(|v| v.logical_bytes).sum();
         let disk_cache = self.disk_cache_stats();
         Ok(StoreStats {
-            data_log: Some(self.storage().log.usage()?),
+            // Best effort: status still answers when the log cannot be listed.
+            data_log: self
+                .storage()
+                .log
+                .usage()
+                .inspect_err(|e| tracing::warn!(error = %e, "status: cannot list the data log"))
+                .ok(),
             upload: self.upload_stats()?,
             view: self.volumes().view()?,
             disk_cache,

@@ -274,7 +274,7 @@ fn versions_taken_diffed_and_restored_while_mounted() {
 /// (FUSE_WRITEBACK_CACHE) would break this: with it the kernel keeps its
 /// own size for a file it caches, and never takes the mount's again. By
 /// hand, a build asking for that cache failed this test: a file restored
-/// from 70,000 bytes to 6 read as 70,000, zeros past the sixth (see
+/// from 70,006 bytes to 6 read as 70,006, zeros past the sixth (see
 /// docs/BENCHMARKS.md, issue 16).
 #[test]
 fn a_restore_resizes_files_held_open() {

@@ -239,6 +239,12 @@ fn usage_counts_segments_and_spares_of_every_volume() {
     log.append(v, &[3u8; 300]).unwrap();
     let u = log.usage().unwrap();
     assert_eq!((u.bytes, u.segments, u.spare_bytes, u.spares), (1000, 2, 5000, 1));
+    // A segment made from the spare counts its length on disk (the
+    // spare's), whatever its appends wrote over so far.
+    log.rotate(v).unwrap();
+    log.append(v, &[4u8; 100]).unwrap();
+    let u = log.usage().unwrap();
+    assert_eq!((u.bytes, u.segments, u.spare_bytes, u.spares), (6000, 3, 0, 0));
     // Other files in the log's directories are not the log's.
     std::fs::write(dir.path().join(format!("{:016x}", v.0)).join("stray.tmp"), b"x").unwrap();
     std::fs::write(dir.path().join("note"), b"x").unwrap();

@@ -29,8 +29,10 @@ pub struct StoreStats {
     pub packs: usize,
     /// Logical bytes of all heads per stored byte (history included in stored).
     pub dedupe_ratio: f64,
-    /// The data log on local disk: writes not yet folded into packs, and
-    /// the spare segments kept for reuse (absent from older servers).
+    /// The data log's disk space: its segments (writes not yet folded
+    /// into packs, and what a reused spare still holds) and the spare
+    /// segments kept for reuse (absent from older servers, and when the
+    /// log cannot be listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_log: Option<crate::head::datalog::LogUsage>,
     /// The on-disk cache of a remote store: (bytes, chunks, limit).

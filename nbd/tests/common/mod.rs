@@ -38,10 +38,34 @@ impl Server {
 
     /// The store of [`Server::start`], without starting the server.
     pub fn create(volumes: &[(&str, u64)]) -> Server {
+        Server::create_with(volumes, false)
+    }
+
+    /// [`Server::create`] with the store's objects in a bucket: a `file://`
+    /// one in the test's directory (no server; the store is remote all
+    /// the same).
+    pub fn create_in_bucket(volumes: &[(&str, u64)]) -> Server {
+        Server::create_with(volumes, true)
+    }
+
+    fn create_with(volumes: &[(&str, u64)], in_bucket: bool) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
+        let mut config = forkfs::StoreConfig::default();
+        if in_bucket {
+            let bucket = dir.path().join("bucket");
+            std::fs::create_dir(&bucket).unwrap();
+            config.remote = Some(forkfs::RemoteConfig {
+                url: format!("file://{}", bucket.display()),
+                endpoint: None,
+                allow_http: false,
+                region: None,
+                read_deadline_ms: None,
+                pending_limit: None,
+            });
+        }
         {
-            let s = forkfs::Store::init(&store, forkfs::StoreConfig::default()).unwrap();
+            let s = forkfs::Store::init(&store, config).unwrap();
             for (name, size) in volumes {
                 s.volumes().create(name, forkfs::VolumeKind::Block, Some(*size), None).unwrap();
             }

@@ -332,6 +332,40 @@ fn queued_requests_run_on_at_most_threads_threads_which_end_with_the_connection(
     }
 }
 
+/// On a store in a bucket, where a cold read waits on its GET on a
+/// request thread, a connection gets 16 request threads unless
+/// `--threads` says otherwise (8 on a local store, the test above's
+/// limit). 200 pipelined READs fill them, never more. The negative
+/// control, by hand: a build that gives every store 8 saw 8 and failed.
+#[test]
+fn a_store_in_a_bucket_gets_sixteen_request_threads_per_connection() {
+    let mut srv = Server::create_in_bucket(&[("disk", 64 * MIB)]);
+    costly_replies(&mut srv, 64 * MIB);
+    srv.spawn(&["--listen", "127.0.0.1:0", "--connection-memory", "1GiB"]);
+    let mut s = TcpStream::connect(srv.tcp_addr()).unwrap();
+    attach(&mut s, "disk");
+    let reqs: Vec<u8> =
+        (0..200u64).flat_map(|i| request(0, i, (i % 63) * MIB, MIB as u32)).collect();
+    s.write_all(&reqs).unwrap();
+    let mut peak = 0;
+    let full = eventually(|| {
+        peak = peak.max(threads_named(&srv, "forkfs-nbd-req"));
+        peak >= 16
+    });
+    let mut data = vec![0u8; MIB as usize];
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    for _ in 0..200 {
+        let (err, _) = simple_reply(&mut s);
+        assert_eq!(err, 0, "{}", srv.log());
+        s.read_exact(&mut data).unwrap();
+    }
+    let after = threads_named(&srv, "forkfs-nbd-req");
+    assert!(full, "a bucket's store should have 16 request threads: at most {peak} seen");
+    assert_eq!(after, 16, "request threads of one connection: {after}");
+    drop(s);
+    assert!(srv.stop().success(), "{}", srv.log());
+}
+
 /// 2,000 small writes, each followed by a FLUSH, while the first FLUSH's
 /// checkpoint folds 256 MiB of random data: a FLUSH during a checkpoint
 /// starts nothing. Before the fix each one started a blocking task that

@@ -230,33 +230,42 @@ pub struct LogUsage {
     pub spares: usize,
 }
 
+/// Bytes and number of a volume's files named `<seq 016x><suffix>` (at
+/// `path`); a volume deleted meanwhile has none (see [`list_files`]).
+fn file_sizes(
+    dir: &Path,
+    vol: VolumeId,
+    suffix: &str,
+    path: fn(&Path, VolumeId, u64) -> PathBuf,
+) -> Result<(u64, usize)> {
+    let (mut bytes, mut n) = (0, 0);
+    for seq in list_files(dir, vol, suffix)? {
+        // Gone since the listing (dropped or renamed): not counted.
+        if let Ok(m) = std::fs::metadata(path(dir, vol, seq)) {
+            bytes += m.len();
+            n += 1;
+        }
+    }
+    Ok((bytes, n))
+}
+
 impl DataLog {
     /// Bytes and files of every volume's segments and spares, as the
     /// directory lists them now.
     pub fn usage(&self) -> Result<LogUsage> {
         let mut u = LogUsage::default();
-        for vol in std::fs::read_dir(&self.dir)? {
-            let vol = vol?.path();
-            let files = match std::fs::read_dir(&vol) {
-                Ok(files) => files,
-                // A deleted volume's directory goes while this looks.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
-                Err(e) => return Err(e.into()),
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let vol = name.to_str().and_then(|n| u64::from_str_radix(n, 16).ok());
+            let Some(vol) = vol.filter(|_| entry.file_type().is_ok_and(|t| t.is_dir())) else {
+                continue;
             };
-            for f in files {
-                let f = f?;
-                let name = f.file_name();
-                let (bytes, files) = match std::path::Path::new(&name).extension() {
-                    Some(e) if e == "seg" => (&mut u.bytes, &mut u.segments),
-                    Some(e) if e == "spare" => (&mut u.spare_bytes, &mut u.spares),
-                    _ => continue,
-                };
-                // Gone since the listing (dropped or renamed): not counted.
-                let Ok(meta) = f.metadata() else { continue };
-                *bytes += meta.len();
-                *files += 1;
-            }
+            let vol = VolumeId(vol);
+            let (bytes, n) = file_sizes(&self.dir, vol, ".seg", seg_path)?;
+            (u.bytes, u.segments) = (u.bytes + bytes, u.segments + n);
+            let (bytes, n) = file_sizes(&self.dir, vol, ".spare", spare_path)?;
+            (u.spare_bytes, u.spares) = (u.spare_bytes + bytes, u.spares + n);
         }
         Ok(u)
     }
@@ -575,7 +584,7 @@ impl DataLog {
             }
         }
         let _spares = self.spares.lock();
-        // (bytes, path, the spare path if it is a segment now)
+        // (bytes on disk, path, the spare path if it is a segment now)
         let mut files: Vec<(u64, PathBuf, Option<PathBuf>)> = Vec::new();
         for seq in list_files(&self.dir, vol, ".spare")? {
             files.push((0, spare_path(&self.dir, vol, seq), None));
@@ -585,17 +594,17 @@ impl DataLog {
         }
         let keep = if floor == u64::MAX { 0 } else { SPARES };
         for f in &mut files {
-            f.0 = std::fs::metadata(&f.1)?.len().min(SPARE_BYTES);
+            f.0 = std::fs::metadata(&f.1)?.len();
         }
-        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        // The largest, as they will be once cut.
+        files.sort_by_key(|f| std::cmp::Reverse(f.0.min(SPARE_BYTES)));
         for (i, (len, path, spare)) in files.into_iter().enumerate() {
             if i >= keep || len == 0 {
                 std::fs::remove_file(&path)?;
                 continue;
             }
-            let file = std::fs::OpenOptions::new().write(true).open(&path)?;
-            if file.metadata()?.len() > len {
-                file.set_len(len)?;
+            if len > SPARE_BYTES {
+                std::fs::OpenOptions::new().write(true).open(&path)?.set_len(SPARE_BYTES)?;
             }
             if let Some(spare) = spare {
                 std::fs::rename(&path, &spare)?;

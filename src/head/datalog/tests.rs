@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// A data log in a new directory (removed when the first is dropped).
+fn new_log() -> (tempfile::TempDir, DataLog) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    (dir, log)
+}
+
 fn data(r: Result<Read>) -> Vec<u8> {
     match r.unwrap() {
         Read::Data(d) => d.to_vec(),
@@ -12,8 +19,7 @@ fn data(r: Result<Read>) -> Vec<u8> {
 
 #[test]
 fn appends_read_back_and_rotation_drops_old_segments() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    let (dir, log) = new_log();
     let v = VolumeId(3);
     let a = log.append(v, b"first block").unwrap();
     let b = log.append(v, b"second").unwrap();
@@ -41,8 +47,7 @@ fn appends_read_back_and_rotation_drops_old_segments() {
 
 #[test]
 fn a_sync_covers_rotated_segments_and_marks_what_it_made_durable() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    let (_dir, log) = new_log();
     let v = VolumeId(1);
     let a = log.append(v, &[1u8; 100]).unwrap();
     // Rotated before any sync: the next sync still covers it.
@@ -66,8 +71,7 @@ fn a_sync_covers_rotated_segments_and_marks_what_it_made_durable() {
 #[test]
 fn a_sync_waits_for_another_sync_of_the_same_appends() {
     for rotated in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+        let (_dir, log) = new_log();
         let v = VolumeId(1);
         log.append(v, &[1u8; 100]).unwrap();
         let seg = log.volumes.lock()[&v].current.clone().unwrap();
@@ -98,8 +102,7 @@ fn a_sync_waits_for_another_sync_of_the_same_appends() {
 /// an append before them; what is not whole blocks is refused.
 #[test]
 fn blocks_appended_in_one_write_read_back_one_by_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    let (_dir, log) = new_log();
     let v = VolumeId(4);
     let before = log.append(v, b"before").unwrap();
     let blocks: Vec<u8> = (0..3 * 512).map(|i| (i / 512 + i % 7) as u8).collect();
@@ -119,8 +122,7 @@ fn blocks_appended_in_one_write_read_back_one_by_one() {
 
 #[test]
 fn an_unreadable_segment_is_an_error_not_lost_data() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    let (dir, log) = new_log();
     let v = VolumeId(2);
     let a = log.append(v, b"x").unwrap();
     log.rotate(v).unwrap();
@@ -224,8 +226,7 @@ fn data_gone_from_this_processs_segment_is_damage_not_a_lost_write() {
 
 #[test]
 fn usage_counts_segments_and_spares_of_every_volume() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    let (dir, log) = new_log();
     assert_eq!(log.usage().unwrap(), LogUsage::default());
     let (v, w) = (VolumeId(1), VolumeId(2));
     log.append(v, &[1u8; 5000]).unwrap();
@@ -248,5 +249,6 @@ fn usage_counts_segments_and_spares_of_every_volume() {
     // Other files in the log's directories are not the log's.
     std::fs::write(dir.path().join(format!("{:016x}", v.0)).join("stray.tmp"), b"x").unwrap();
     std::fs::write(dir.path().join("note"), b"x").unwrap();
+    std::fs::write(dir.path().join(format!("{:016x}", 9)), b"a file, not a volume").unwrap();
     assert_eq!(log.usage().unwrap(), u);
 }

@@ -282,6 +282,46 @@ fn eventually(mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// `conns` connections to `srv`'s disk, each with 200 READs of 1 MiB
+/// pipelined, none of their replies read yet.
+fn queue_reads(srv: &Server, conns: usize) -> Vec<TcpStream> {
+    let addr = srv.tcp_addr();
+    let mut socks: Vec<TcpStream> =
+        (0..conns).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    for s in &mut socks {
+        attach(s, "disk");
+        let reqs: Vec<u8> =
+            (0..200u64).flat_map(|i| request(0, i, (i % 63) * MIB, MIB as u32)).collect();
+        s.write_all(&reqs).unwrap();
+    }
+    socks
+}
+
+/// Whether `srv` came to have `want` request threads within 10 s, and
+/// the most it was seen with.
+fn request_threads_reach(srv: &Server, want: usize) -> (bool, usize) {
+    let mut peak = 0;
+    let full = eventually(|| {
+        peak = peak.max(threads_named(srv, "forkfs-nbd-req"));
+        peak >= want
+    });
+    (full, peak)
+}
+
+/// Reads the 200 replies of [`queue_reads`] on each connection; each
+/// must succeed.
+fn read_replies(srv: &Server, socks: &mut [TcpStream]) {
+    let mut data = vec![0u8; MIB as usize];
+    for s in socks {
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        for _ in 0..200 {
+            let (err, _) = simple_reply(s);
+            assert_eq!(err, 0, "{}", srv.log());
+            s.read_exact(&mut data).unwrap();
+        }
+    }
+}
+
 /// 200 READs of 1 MiB of random data pipelined on each of two
 /// connections: each connection gets one thread of its own and runs its
 /// queue on `--threads` request threads, all of which the queue puts to
@@ -296,30 +336,10 @@ fn queued_requests_run_on_at_most_threads_threads_which_end_with_the_connection(
         let _ = std::fs::remove_file(srv.path("server.log"));
         let n = threads.to_string();
         srv.spawn(&["--listen", "127.0.0.1:0", "--threads", &n, "--connection-memory", "1GiB"]);
-        let addr = srv.tcp_addr();
-        let mut socks: Vec<TcpStream> =
-            (0..2).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-        for s in &mut socks {
-            attach(s, "disk");
-            let reqs: Vec<u8> =
-                (0..200u64).flat_map(|i| request(0, i, (i % 63) * MIB, MIB as u32)).collect();
-            s.write_all(&reqs).unwrap();
-        }
-        let mut peak = 0;
-        let full = eventually(|| {
-            peak = peak.max(threads_named(&srv, "forkfs-nbd-req"));
-            peak >= 2 * threads
-        });
+        let mut socks = queue_reads(&srv, 2);
+        let (full, peak) = request_threads_reach(&srv, 2 * threads);
         assert_eq!(threads_named(&srv, "forkfs-nbd-conn"), 2, "{}", srv.log());
-        let mut data = vec![0u8; MIB as usize];
-        for s in &mut socks {
-            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-            for _ in 0..200 {
-                let (err, _) = simple_reply(s);
-                assert_eq!(err, 0, "{}", srv.log());
-                s.read_exact(&mut data).unwrap();
-            }
-        }
+        read_replies(&srv, &mut socks);
         let after = threads_named(&srv, "forkfs-nbd-req");
         assert!(full, "the queues should fill {threads} threads each: at most {peak} seen");
         assert_eq!(after, 2 * threads, "more request threads than --threads {threads}: {after}");
@@ -342,27 +362,13 @@ fn a_store_in_a_bucket_gets_sixteen_request_threads_per_connection() {
     let mut srv = Server::create_in_bucket(&[("disk", 64 * MIB)]);
     costly_replies(&mut srv, 64 * MIB);
     srv.spawn(&["--listen", "127.0.0.1:0", "--connection-memory", "1GiB"]);
-    let mut s = TcpStream::connect(srv.tcp_addr()).unwrap();
-    attach(&mut s, "disk");
-    let reqs: Vec<u8> =
-        (0..200u64).flat_map(|i| request(0, i, (i % 63) * MIB, MIB as u32)).collect();
-    s.write_all(&reqs).unwrap();
-    let mut peak = 0;
-    let full = eventually(|| {
-        peak = peak.max(threads_named(&srv, "forkfs-nbd-req"));
-        peak >= 16
-    });
-    let mut data = vec![0u8; MIB as usize];
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    for _ in 0..200 {
-        let (err, _) = simple_reply(&mut s);
-        assert_eq!(err, 0, "{}", srv.log());
-        s.read_exact(&mut data).unwrap();
-    }
+    let mut socks = queue_reads(&srv, 1);
+    let (full, peak) = request_threads_reach(&srv, 16);
+    read_replies(&srv, &mut socks);
     let after = threads_named(&srv, "forkfs-nbd-req");
     assert!(full, "a bucket's store should have 16 request threads: at most {peak} seen");
     assert_eq!(after, 16, "request threads of one connection: {after}");
-    drop(s);
+    drop(socks);
     assert!(srv.stop().success(), "{}", srv.log());
 }
 

@@ -83,11 +83,13 @@ fn power_cuts_under_an_nbd_disk_lose_no_flushed_write() {
     let mut base = vec![0u8; SIZE as usize];
     let rounds = rounds();
     let (mut total_writes, mut total_flushes) = (0, 0);
+    // Off the power-cut filesystem, and gone with the test (a failure
+    // quotes them first).
+    let logs = tempfile::tempdir().unwrap();
     for round in 0..rounds {
         let sock = m.store().parent().unwrap().join("nbd.sock");
         let _ = std::fs::remove_file(&sock);
-        let server_log =
-            std::env::temp_dir().join(format!("forkfs-power-nbd-{}.log", std::process::id()));
+        let server_log = logs.path().join("server.log");
         let mut server = Command::new(&nbd)
             .arg("--store")
             .arg(m.store())

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod crash_rounds;
 mod demo;
 mod mount;
 mod mount_acl;
@@ -14,6 +15,7 @@ mod mount_chattr;
 mod mount_cli;
 mod mount_copy;
 mod mount_crash;
+mod mount_crash_npm;
 mod mount_crash_untar;
 mod mount_errno;
 mod mount_fsx;

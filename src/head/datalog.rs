@@ -138,6 +138,9 @@ struct VolumeLog {
     /// Per segment, how far a sync started here covers: data below it
     /// may be acknowledged by a flush whose marks are not written yet.
     syncing: HashMap<u64, u64>,
+    /// Per segment, how far a sync here made it durable: the mark it
+    /// returned, known before the caller writes it to the index.
+    synced: HashMap<u64, u64>,
 }
 
 /// An open segment to read from.
@@ -512,6 +515,11 @@ impl DataLog {
                     s.dirty.store(true, Ordering::Release);
                     return Err(e.into());
                 }
+                {
+                    let mut vols = self.volumes.lock();
+                    let at = vols.entry(vol).or_default().synced.entry(s.seq).or_default();
+                    *at = (*at).max(upto);
+                }
                 marks.push(Mark { vol, seq: s.seq, upto });
             }
             // Durable now, by this sync or one this waited for; a rotated
@@ -532,6 +540,18 @@ impl DataLog {
     pub fn sync_started(&self, vol: VolumeId, seq: u64) -> u64 {
         let vols = self.volumes.lock();
         vols.get(&vol).and_then(|v| v.syncing.get(&seq).copied()).unwrap_or(0)
+    }
+
+    /// How far segment `seq` of `vol` is durable, if this process created
+    /// it: `Some(None)` when no sync here covered any of it. Only this
+    /// process writes the marks of its segments, after its syncs, so the
+    /// index's mark is never ahead of this (a read of it costs a RocksDB
+    /// lookup per write of a block). `None`: an earlier process's segment,
+    /// whose mark only the index knows.
+    pub fn durable_here(&self, vol: VolumeId, seq: u64) -> Option<Option<u64>> {
+        let vols = self.volumes.lock();
+        let v = vols.get(&vol).filter(|v| v.ours.contains(&seq))?;
+        Some(v.synced.get(&seq).copied())
     }
 
     /// Starts a new segment for `vol` and returns its number: the floor
@@ -577,6 +597,7 @@ impl DataLog {
                 v.readers.retain(|seq, _| *seq >= floor);
                 v.ours.retain(|seq| *seq >= floor);
                 v.syncing.retain(|seq, _| *seq >= floor);
+                v.synced.retain(|seq, _| *seq >= floor);
                 v.unsynced.retain(|s| s.seq >= floor);
                 if v.current.as_ref().is_some_and(|s| s.seq < floor) {
                     v.current = None;

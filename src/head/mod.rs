@@ -108,8 +108,13 @@ impl Storage {
         Ok(upto.is_some_and(|upto| r.offset + r.len as u64 <= upto))
     }
 
-    /// How far segment `seq` of `vol` is known durable, if recorded.
+    /// How far segment `seq` of `vol` is known durable, if recorded: from
+    /// the data log for a segment of this process (its syncs are where
+    /// the marks come from), else from the index.
     pub(crate) fn durable_mark(&self, vol: VolumeId, seq: u64) -> Result<Option<u64>> {
+        if let Some(here) = self.log.durable_here(vol, seq) {
+            return Ok(here);
+        }
         let mark = self.db.get_meta(&keys::durable(vol, seq))?;
         Ok(mark.as_deref().and_then(|m| std::str::from_utf8(m).ok()?.parse::<u64>().ok()))
     }

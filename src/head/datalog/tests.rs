@@ -64,6 +64,33 @@ fn a_sync_covers_rotated_segments_and_marks_what_it_made_durable() {
     assert!(log.sync().unwrap().is_empty());
 }
 
+/// The marks of this process's segments are known here (no index
+/// lookup): none before a sync, the sync's after it; an earlier
+/// process's segment, or one below the floor, is the index's question.
+#[test]
+fn own_segments_answer_their_marks_and_earlier_ones_do_not() {
+    let (dir, log) = new_log();
+    let v = VolumeId(4);
+    let a = log.append(v, &[1u8; 100]).unwrap();
+    assert_eq!(log.durable_here(v, a.seq), Some(None), "appended, never synced");
+    log.sync().unwrap();
+    assert_eq!(log.durable_here(v, a.seq), Some(Some(100)));
+    log.append(v, &[2u8; 20]).unwrap();
+    assert_eq!(log.durable_here(v, a.seq), Some(Some(100)), "the append after is not durable");
+    log.sync().unwrap();
+    assert_eq!(log.durable_here(v, a.seq), Some(Some(120)));
+    assert_eq!(log.durable_here(VolumeId(5), a.seq), None, "another volume's");
+    drop(log);
+    let log = DataLog::open(dir.path().to_path_buf()).unwrap();
+    assert_eq!(log.durable_here(v, a.seq), None, "a segment of an earlier process");
+    let b = log.append(v, &[3u8; 10]).unwrap();
+    assert_eq!(log.durable_here(v, b.seq), Some(None));
+    log.sync().unwrap();
+    let floor = log.rotate(v).unwrap();
+    log.drop_below(v, floor).unwrap();
+    assert_eq!(log.durable_here(v, b.seq), None, "below the floor: forgotten here");
+}
+
 /// Another thread's sync has taken a segment's dirty flag and is in
 /// its fdatasync (simulated: its lock held, the flag cleared): a sync
 /// now must wait for it, whether the segment is current or rotated

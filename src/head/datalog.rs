@@ -515,9 +515,12 @@ impl DataLog {
                     s.dirty.store(true, Ordering::Release);
                     return Err(e.into());
                 }
+                // Not for a segment dropped meanwhile (below a new floor):
+                // its mark is the index's question again.
+                if let Some(v) =
+                    self.volumes.lock().get_mut(&vol).filter(|v| v.ours.contains(&s.seq))
                 {
-                    let mut vols = self.volumes.lock();
-                    let at = vols.entry(vol).or_default().synced.entry(s.seq).or_default();
+                    let at = v.synced.entry(s.seq).or_default();
                     *at = (*at).max(upto);
                 }
                 marks.push(Mark { vol, seq: s.seq, upto });
@@ -545,9 +548,9 @@ impl DataLog {
     /// How far segment `seq` of `vol` is durable, if this process created
     /// it: `Some(None)` when no sync here covered any of it. Only this
     /// process writes the marks of its segments, after its syncs, so the
-    /// index's mark is never ahead of this (a read of it costs a RocksDB
-    /// lookup per write of a block). `None`: an earlier process's segment,
-    /// whose mark only the index knows.
+    /// index's mark is never ahead of this (a read of it cost a RocksDB
+    /// lookup per write over logged data). `None`: an earlier process's
+    /// segment, whose mark only the index knows.
     pub fn durable_here(&self, vol: VolumeId, seq: u64) -> Option<Option<u64>> {
         let vols = self.volumes.lock();
         let v = vols.get(&vol).filter(|v| v.ours.contains(&seq))?;

@@ -95,14 +95,14 @@ impl Storage {
         Ok(())
     }
 
-    /// Whether the data `r` names was acknowledged as durable: below the
-    /// durable mark of its segment.
     /// The first data log segment of `vol` the overlay may name (older
     /// ones went into the last version).
     pub(crate) fn log_floor(&self, vol: VolumeId) -> Result<u64> {
         Ok(self.db.get_json(&keys::log_floor(vol))?.unwrap_or(0))
     }
 
+    /// Whether the data `r` names was acknowledged as durable: below the
+    /// durable mark of its segment.
     pub(crate) fn was_durable(&self, vol: VolumeId, r: &LogRef) -> Result<bool> {
         let upto = self.durable_mark(vol, r.seq)?;
         Ok(upto.is_some_and(|upto| r.offset + r.len as u64 <= upto))

@@ -108,6 +108,29 @@ pub fn attr(i: &Inode, ino: u64, blksize: u32, allocated: u64) -> FileAttr {
     }
 }
 
+/// The attributes of a LOOKUP reply that names no inode (node id 0): a
+/// negative entry, which the kernel keeps for the entry's TTL. The kernel
+/// reads nothing else of them.
+pub fn no_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,6 +157,16 @@ impl Workspace {
         Ok((r.inode(e.ino)?, base | e.ino))
     }
 
+    /// Whether the kernel may keep a name missing from directory `parent`
+    /// as missing (a negative entry): in the mounted tree's own
+    /// directories, where a name appears only through the kernel or a
+    /// restore (which drops the names it changes, both sides:
+    /// `mount::invalidate`); not under `.forkfs`, where a new version's
+    /// name appears with neither.
+    pub fn misses_cacheable(&self, parent: u64) -> bool {
+        matches!(self.slots.place(parent), Ok(Place::Own(_)))
+    }
+
     /// The FUSE inode number of the directory holding `fuse_ino` (its
     /// first link's), anywhere in the mount.
     fn parent_of(&self, fuse_ino: u64) -> Result<u64, Error> {

@@ -311,6 +311,37 @@ fn a_restore_resizes_files_held_open() {
     assert!(std::fs::read(m.path("shrinks")).unwrap() == long, "shrinks, by its path");
 }
 
+/// A name looked up and missing is kept missing by the kernel (a
+/// negative entry, for the TTL) in the tree's own directories, yet
+/// appears at once when created through the mount or brought back by a
+/// live restore; under `.forkfs`, a version made after its name was
+/// looked up is found. Negative controls (by hand): with the restore's
+/// `inval_entry` calls removed (`mount::invalidate`) the restored name
+/// stays missing; with misses cached under `.forkfs` too, the new
+/// version does.
+#[test]
+fn missing_names_follow_creates_restores_and_new_versions() {
+    let (_d, store) = new_store();
+    let m = Mounted::new(&store, "misses", &["--checkpoint-every", "0"]);
+    std::fs::create_dir(m.path("d")).unwrap();
+    std::fs::write(m.path("d/back"), b"one").unwrap();
+    ok(&store, &["snapshot", "misses", "--name", "one"]);
+    std::fs::remove_file(m.path("d/back")).unwrap();
+    for n in ["back", "new", "never"] {
+        assert!(!m.path("d").join(n).exists(), "{n}");
+    }
+    std::fs::write(m.path("d/new"), b"x").unwrap();
+    assert_eq!(std::fs::read(m.path("d/new")).unwrap(), b"x", "a name created through the mount");
+    ok(&store, &["restore", "misses", "one"]);
+    assert_eq!(std::fs::read(m.path("d/back")).unwrap(), b"one", "a restored name stayed missing");
+    assert!(!m.path("d/new").exists(), "a name the restore took away");
+    assert!(!m.path("d/never").exists());
+    let two = m.path(".forkfs/versions/two");
+    assert!(!two.exists());
+    ok(&store, &["snapshot", "misses", "--name", "two"]);
+    assert!(two.join("d/back").exists(), "a new version's name stayed missing");
+}
+
 /// Listings the kernel keeps across opens (FOPEN_CACHE_DIR; with
 /// noatime no listing has to reach the mount) follow changes made through
 /// the mount and restores, which drop the listings they change.

@@ -1,5 +1,6 @@
 //! What the kernel may cache of the mount, and for how long: attributes
-//! and names (TTL), file pages and directory listings across opens
+//! and names (TTL; missing names too, `Workspace::misses_cacheable`),
+//! file pages and directory listings across opens
 //! (`dir_cache`), and the requests it need not send (`NO_FLUSH`). This
 //! mount is the volume's only writer, so caches go stale only by a
 //! restore (which drops what it changed, see `mount::invalidate`) or, for

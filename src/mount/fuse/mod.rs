@@ -4,7 +4,7 @@
 mod caches;
 mod flags;
 
-use super::convert::{attr, errno, file_type, kernel_time, kind_of_mode};
+use super::convert::{attr, errno, file_type, kernel_time, kind_of_mode, no_entry};
 use super::workspace::Workspace;
 use caches::{Moved, NO_FLUSH, TTL};
 use forkfs::Error;
@@ -114,7 +114,17 @@ impl Filesystem for Fuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.ws.lookup(parent.0, name.as_bytes()), reply)
+        match self.ws.lookup(parent.0, name.as_bytes()) {
+            // A miss the kernel keeps for the TTL (a negative entry): git
+            // asks for a `.gitignore` in every directory on every run.
+            Err(e)
+                if e.posix_condition() == Some(Posix::NoEntry)
+                    && self.ws.misses_cacheable(parent.0) =>
+            {
+                reply.entry(&TTL, &no_entry(), Generation(0))
+            }
+            r => self.entry(r, reply),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -315,25 +315,33 @@ fn a_restore_resizes_files_held_open() {
 /// negative entry, for the TTL) in the tree's own directories, yet
 /// appears at once when created through the mount or brought back by a
 /// live restore; under `.forkfs`, a version made after its name was
-/// looked up is found. Negative controls (by hand): with the restore's
-/// `inval_entry` calls removed (`mount::invalidate`) the restored name
-/// stays missing; with misses cached under `.forkfs` too, the new
-/// version does.
+/// looked up is found (`late` is taken away and brought back by
+/// restores, `back` unlinked, then looked up, and brought back).
+/// Negative controls (by hand): with the restore's `inval_entry` calls
+/// removed (`mount::invalidate`) `back` stays missing, its LOOKUP's
+/// negative entry unchanged; with those calls removed and no negative
+/// entries either, the test passes, so it sees the negative entries;
+/// with misses cached under `.forkfs` too, the new version stays missing.
 #[test]
 fn missing_names_follow_creates_restores_and_new_versions() {
     let (_d, store) = new_store();
     let m = Mounted::new(&store, "misses", &["--checkpoint-every", "0"]);
     std::fs::create_dir(m.path("d")).unwrap();
     std::fs::write(m.path("d/back"), b"one").unwrap();
+    ok(&store, &["snapshot", "misses", "--name", "zero"]);
+    std::fs::write(m.path("d/late"), b"late").unwrap();
     ok(&store, &["snapshot", "misses", "--name", "one"]);
+    ok(&store, &["restore", "misses", "zero"]);
     std::fs::remove_file(m.path("d/back")).unwrap();
-    for n in ["back", "new", "never"] {
+    for n in ["late", "back", "new", "never"] {
         assert!(!m.path("d").join(n).exists(), "{n}");
     }
     std::fs::write(m.path("d/new"), b"x").unwrap();
     assert_eq!(std::fs::read(m.path("d/new")).unwrap(), b"x", "a name created through the mount");
     ok(&store, &["restore", "misses", "one"]);
-    assert_eq!(std::fs::read(m.path("d/back")).unwrap(), b"one", "a restored name stayed missing");
+    let read = |n: &str| std::fs::read(m.path("d").join(n)).ok();
+    assert_eq!(read("late").as_deref(), Some(&b"late"[..]), "a restored name stayed missing");
+    assert_eq!(read("back").as_deref(), Some(&b"one"[..]), "an unlinked name, restored");
     assert!(!m.path("d/new").exists(), "a name the restore took away");
     assert!(!m.path("d/never").exists());
     let two = m.path(".forkfs/versions/two");

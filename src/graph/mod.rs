@@ -129,4 +129,17 @@ impl Graph {
     pub fn drop_restore_hook(&self, id: u64) {
         self.restore_hooks.lock().retain(|(n, _)| *n != id);
     }
+
+    /// Calls `hook` after every change of any volume's version names in
+    /// this process (a version recorded or deleted, a tag set or
+    /// removed: what `.forkfs/versions` of a mount lists), on the thread
+    /// that made it, until [`Graph::drop_names_hook`] with the number
+    /// returned.
+    pub fn on_names_changed(&self, hook: std::sync::Arc<dyn Fn() + Send + Sync>) -> u64 {
+        self.db().watch_meta(&crate::records::keys::NAME_ROOTS, hook)
+    }
+
+    pub fn drop_names_hook(&self, id: u64) {
+        self.db().unwatch_meta(id)
+    }
 }

@@ -229,12 +229,9 @@ impl Host {
             req.read_only,
             atime_mode(&req.options),
         ));
-        let mut session = fuser::Session::new(
-            Fuse { ws: ws.clone(), moved: Default::default() },
-            &req.dir,
-            &config(req, vol),
-        )
-        .map_err(|e| {
+        let kernel = Arc::new(std::sync::OnceLock::new());
+        let fuse = Fuse { ws: ws.clone(), kernel: kernel.clone(), no_opendir: false };
+        let mut session = fuser::Session::new(fuse, &req.dir, &config(req, vol)).map_err(|e| {
             Error::new(
                 forkfs::ErrorKind::Unavailable,
                 format!("mounting {vol} on {}: {e}", req.dir.display()),
@@ -242,8 +239,10 @@ impl Host {
         })?;
         let record = Record::write(self.store.dir(), &req.dir, &req.spec, self.resident)
             .map_err(|e| Error::new(forkfs::ErrorKind::Unavailable, format!("{e:#}")))?;
+        let _ = kernel.set(session.notifier());
         // A version never changes: only a live mount needs the hook.
         let hook = ws.is_live().then(|| self.watch_restores(&ws, vol, session.notifier()));
+        let names = self.watch_names(session.notifier());
         self.points.lock().push(req.dir.clone());
         let mut unmounter = Some(session.unmount_callable());
         {
@@ -275,6 +274,7 @@ impl Host {
             if let Some(h) = hook {
                 host.store.graph().drop_restore_hook(h);
             }
+            host.store.graph().drop_names_hook(names);
             let last = if req.read_only {
                 Ok(())
             } else {
@@ -300,6 +300,16 @@ impl Host {
             if let Some(w) = ws.upgrade().filter(|_| r.volume == vol) {
                 super::invalidate(&w.store, r.before.root, r.to.root, &notifier);
             }
+        }))
+    }
+
+    /// `.forkfs/versions` lists the volume's versions and tags: its
+    /// listing, cached by the kernel, is dropped whenever a version name
+    /// of the store changes (see `fuse/caches.rs`).
+    fn watch_names(&self, notifier: fuser::Notifier) -> u64 {
+        self.store.graph().on_names_changed(Arc::new(move || {
+            // ENOENT when the kernel does not hold it: nothing cached.
+            let _ = notifier.inval_inode(fuser::INodeNo(super::history::VERSIONS_DIR), 0, 0);
         }))
     }
 

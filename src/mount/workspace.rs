@@ -36,6 +36,14 @@ pub struct Workspace {
     /// Per inode: handles open, and whether its last name went meanwhile
     /// (then the last close deletes it; other closes touch no record).
     opens: Mutex<HashMap<u64, (u32, bool)>>,
+    /// Per directory of the tree the kernel holds: its lookup count (the
+    /// entries replied for it, less its FORGETs), and whether its name
+    /// went meanwhile. The kernel keeps a directory while it is open (or
+    /// a working directory), and opens them without telling the mount
+    /// (see `fuse/caches.rs`), so a removed directory stays (an orphan)
+    /// until its FORGET. As many entries as directories in the kernel's
+    /// inode cache.
+    dirs: Mutex<HashMap<u64, (u64, bool)>>,
     next_fh: AtomicU64,
     /// Allocated bytes of large files by FUSE inode, valid while their
     /// ctime and size are (any change of data moves the ctime).
@@ -63,6 +71,7 @@ impl Workspace {
             read_only,
             atime,
             opens: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             allocated: Mutex::new(HashMap::new()),
         }
@@ -378,9 +387,14 @@ impl Workspace {
         }
     }
 
-    /// Asked by the core when `ino` loses its last name: if open, it stays
-    /// (an orphan) until its last close, which is noted here.
+    /// Asked by the core when `ino` loses its last name: if open (a
+    /// directory: if the kernel holds it), it stays (an orphan) until its
+    /// last close (FORGET), which is noted here.
     pub fn is_open(&self, ino: u64) -> bool {
+        if let Some(e) = self.dirs.lock().get_mut(&ino) {
+            e.1 = true;
+            return true;
+        }
         match self.opens.lock().get_mut(&ino) {
             Some(e) => {
                 e.1 = true;
@@ -388,6 +402,43 @@ impl Workspace {
             }
             None => false,
         }
+    }
+
+    /// The kernel was given an entry for directory `fuse_ino` (a lookup it
+    /// counts until a FORGET). Only the tree's own directories can be
+    /// removed, so only they are counted.
+    pub fn looked_up(&self, fuse_ino: u64) {
+        if self.own(fuse_ino).is_ok() && !self.read_only {
+            self.dirs.lock().entry(fuse_ino).or_insert((0, false)).0 += 1;
+        }
+    }
+
+    /// The kernel's FORGET: `n` lookups of `fuse_ino` dropped. A removed
+    /// directory the kernel no longer holds is deleted now.
+    pub fn forget(&self, fuse_ino: u64, n: u64) {
+        let orphan_gone = {
+            let mut dirs = self.dirs.lock();
+            let Some(e) = dirs.get_mut(&fuse_ino) else { return };
+            e.0 = e.0.saturating_sub(n);
+            if e.0 > 0 {
+                return;
+            }
+            dirs.remove(&fuse_ino).is_some_and(|e| e.1)
+        };
+        let released = match (orphan_gone, self.head(), self.own(fuse_ino)) {
+            (true, Ok(h), Ok(own)) => h.release(own),
+            _ => Ok(()),
+        };
+        if let Err(e) = released {
+            // Left to the next start of the mount (`reap_orphans`).
+            tracing::warn!(ino = fuse_ino, error = %e, "cannot delete a removed directory");
+        }
+    }
+
+    /// Whether the kernel may keep listings across opens: not when every
+    /// read must record its access (strictatime).
+    pub fn listings_cacheable(&self) -> bool {
+        !matches!(self.atime, Atime::Strict)
     }
 
     /// Owner and mode bits of a new inode in `parent`: a set-group-ID

@@ -31,6 +31,9 @@ pub fn published(v: VolumeId) -> String {
 pub fn version(id: &VersionId) -> String {
     format!("ver/{id}")
 }
+/// The prefixes of every key a volume's version names come from (its
+/// log and its tags).
+pub const NAME_ROOTS: [&str; 2] = ["log/", "tag/"];
 pub fn log_prefix(v: VolumeId) -> String {
     format!("log/{:016x}/", v.0)
 }

@@ -396,6 +396,24 @@ fn cached_listings_follow_changes_and_restores() {
     for _ in 0..2 {
         assert_eq!(dotdot(&m.path("e/sub")), e_ino, "\"..\" of a moved directory");
     }
+
+    // `.forkfs/versions` lists versions and tags as they come and go,
+    // though none of them passes through the kernel.
+    let versions = || -> Vec<String> {
+        let v: Vec<String> = std::fs::read_dir(m.path(".forkfs/versions"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v
+    };
+    let has = |names: &[String], n: &str| names.iter().any(|x| x == n);
+    assert!(has(&versions(), "two") && !has(&versions(), "three"));
+    ok(&store, &["snapshot", "lists", "--name", "three"]);
+    assert!(has(&versions(), "three"), "a new version stayed unlisted");
+    ok(&store, &["tag", "lists@three", "four"]);
+    assert!(has(&versions(), "four"), "a new tag stayed unlisted");
+    ok(&store, &["untag", "lists", "four"]);
+    assert!(!has(&versions(), "four"), "a removed tag stayed listed");
 }
 
 /// The inode number a listing of `dir` gives "..".

@@ -1,15 +1,29 @@
 //! What the kernel may cache of the mount, and for how long: attributes
 //! and names (TTL; missing names too, `Workspace::misses_cacheable`),
-//! file pages and directory listings across opens
-//! (`dir_cache`), and the requests it need not send (`NO_FLUSH`). This
-//! mount is the volume's only writer, so caches go stale only by a
-//! restore (which drops what it changed, see `mount::invalidate`) or, for
-//! a listing's "..", by a move ([`Moved`]).
+//! file pages, and directory listings, which it keeps across opens: the
+//! mount answers OPENDIR with ENOSYS once (FUSE_NO_OPENDIR_SUPPORT), so
+//! the kernel sends neither OPENDIR nor RELEASEDIR again and treats every
+//! directory as opened with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR; and the
+//! requests it need not send (`NO_FLUSH`). This mount is the volume's only
+//! writer, so a cached listing goes stale only where it changes without
+//! the kernel, and each such place drops it:
+//! - a restore (or another host's head taken) drops what it changed, see
+//!   `mount::invalidate`;
+//! - a move to another parent changes a listing's "..": [`Fuse::moved`];
+//! - `.forkfs/versions` changes with versions and tags: the names hook
+//!   of `mount::host`;
+//! - a directory whose attributes are set must record its next listing's
+//!   access (relatime): [`Fuse::attrs_set`].
+//!
+//! A listing the kernel serves from its cache does not reach the mount,
+//! so it records no access time: with relatime a directory's access is
+//! recorded at the first listing after a change of it (which dropped the
+//! cached listing), but not once a day while it stays unchanged and
+//! cached. strictatime keeps every listing uncached (see `init`).
 
 use super::Fuse;
-use forkfs::fs::{FileKind, Inode};
-use fuser::FopenFlags;
-use std::collections::HashSet;
+use forkfs::fs::FileKind;
+use fuser::{FopenFlags, INodeNo};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
@@ -22,53 +36,33 @@ pub(super) const TTL: Duration = Duration::from_secs(60);
 /// here), so a FLUSH had nothing to do but cost a round trip per close.
 pub(super) const NO_FLUSH: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
-/// The most moved directories remembered (see [`Moved`]).
-const MAX_MOVED: usize = 1 << 16;
-
-/// Directories moved to another parent since their listing was last
-/// sent: their cached listings name the old "..". `None` once more than
-/// [`MAX_MOVED`] wait: no listing is cached from then on, so the set
-/// stays bounded.
-pub struct Moved(parking_lot::Mutex<Option<HashSet<u64>>>);
-
-impl Default for Moved {
-    fn default() -> Moved {
-        Moved(parking_lot::Mutex::new(Some(HashSet::new())))
-    }
-}
-
 impl Fuse {
-    /// Notes that `name` in `dir`, if a directory, is moving to another
-    /// parent.
-    pub(super) fn moving(&self, dir: u64, name: &OsStr) {
-        let Ok((i, ino)) = self.ws.lookup(dir, name.as_bytes()) else { return };
-        if i.kind != FileKind::Dir {
-            return;
-        }
-        let mut moved = self.moved.0.lock();
-        if let Some(m) = moved.as_mut() {
-            m.insert(ino);
-            if m.len() > MAX_MOVED {
-                *moved = None;
-            }
-        }
+    /// The directory `name` in `dir`, if it is one (before a move).
+    pub(super) fn dir_named(&self, dir: u64, name: &OsStr) -> Option<u64> {
+        let (i, ino) = self.ws.lookup(dir, name.as_bytes()).ok()?;
+        (i.kind == FileKind::Dir).then_some(ino)
     }
 
-    /// How the kernel may cache the listing of directory `i`: across
-    /// opens (FOPEN_CACHE_DIR with FOPEN_KEEP_CACHE) for the workspace's
-    /// own directories, whose listings change only through this mount
-    /// (the kernel drops the cache when it changes one) or by a restore
-    /// (which drops the inodes it changed, see `invalidate`); not while
-    /// the listing must record an access time (it has to reach the
-    /// mount), not at the first open after a move to another parent
-    /// (the listing's ".." changes, and the kernel only watches the
-    /// mtime, which a move leaves), and not for `.forkfs`, whose listings
-    /// change with versions.
-    pub(super) fn dir_cache(&self, ino: u64, i: &Inode) -> FopenFlags {
-        let moved = self.moved.0.lock().as_mut().is_none_or(|m| m.remove(&ino));
-        match !moved && self.ws.own(ino).is_ok() && !self.ws.access_due(ino, i) {
-            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            false => FopenFlags::empty(),
+    /// Directory `ino` moved to another parent: the "..", of its cached
+    /// listing is stale. Dropped before the rename's reply: the kernel
+    /// holds the moved directory's lock until then, so no listing of it
+    /// can be read or cached in between.
+    pub(super) fn moved(&self, ino: u64) {
+        self.drop_listing(ino);
+    }
+
+    /// Directory `ino`'s attributes were set: its access is due now (its
+    /// ctime moved; its atime may have been set back), so its cached
+    /// listing goes and the next listing reaches the mount, which records
+    /// it. Before the reply, under the kernel's lock of the directory.
+    pub(super) fn attrs_set(&self, ino: u64) {
+        self.drop_listing(ino);
+    }
+
+    fn drop_listing(&self, ino: u64) {
+        if let Some(n) = self.kernel.get() {
+            // ENOENT: the kernel does not hold the inode, nothing cached.
+            let _ = n.inval_inode(INodeNo(ino), 0, 0);
         }
     }
 }

@@ -6,7 +6,7 @@ mod flags;
 
 use super::convert::{attr, errno, file_type, kernel_time, kind_of_mode, no_entry};
 use super::workspace::Workspace;
-use caches::{Moved, NO_FLUSH, TTL};
+use caches::{NO_FLUSH, TTL};
 use forkfs::Error;
 use forkfs::Posix;
 use forkfs::fs::{Content, FileKind, Inode, NewNode, ROOT_INO, RenameMode, SetAttr, XattrMode};
@@ -25,8 +25,12 @@ use std::time::SystemTime;
 
 pub struct Fuse {
     pub ws: Arc<Workspace>,
-    /// Directories whose cached listings a move made stale.
-    pub moved: Moved,
+    /// The session's notifier, set once the session exists: what drops a
+    /// cached listing (see `caches.rs`).
+    pub kernel: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// The kernel sends no OPENDIR or RELEASEDIR (see `caches.rs`): set
+    /// at INIT when the kernel offers it and access times allow it.
+    pub no_opendir: bool,
 }
 
 /// Answers `reply` with `$ok` applied to the value, or the error's errno.
@@ -49,8 +53,14 @@ impl Fuse {
         attr(i, fuse_ino, self.ws.block_size, self.ws.allocated(fuse_ino, i))
     }
 
+    /// Replies with an entry the kernel counts as a lookup of the inode
+    /// (until its FORGET): directories are counted here too (see
+    /// `Workspace::looked_up`).
     fn entry(&self, r: Result<(Inode, u64), Error>, reply: ReplyEntry) {
         answer!(reply, r, |(i, fuse_ino)| {
+            if i.kind == FileKind::Dir {
+                self.ws.looked_up(fuse_ino);
+            }
             reply.entry(&TTL, &self.attr_at(&i, fuse_ino), Generation(0))
         })
     }
@@ -110,6 +120,11 @@ impl Filesystem for Fuse {
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
             tracing::warn!(?missing, "the kernel does not offer export support");
         }
+        // Directories opened without a round trip, their listings cached
+        // across opens (see `caches.rs`); not with strictatime, where
+        // every listing must reach the mount.
+        self.no_opendir = config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            && self.ws.listings_cacheable();
         Ok(())
     }
 
@@ -125,6 +140,10 @@ impl Filesystem for Fuse {
             }
             r => self.entry(r, reply),
         }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.ws.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -168,7 +187,12 @@ impl Filesystem for Fuse {
             atime: atime.map(kernel_time),
             mtime: mtime.map(kernel_time),
         };
-        answer!(reply, self.set_attr(ino.0, a), |i| reply.attr(&TTL, &self.attr_of(&i)))
+        answer!(reply, self.set_attr(ino.0, a), |i| {
+            if i.kind == FileKind::Dir {
+                self.attrs_set(ino.0);
+            }
+            reply.attr(&TTL, &self.attr_of(&i))
+        })
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -260,11 +284,12 @@ impl Filesystem for Fuse {
             return reply.error(Errno::EINVAL);
         };
         let ws = &self.ws;
+        // Directories that change parent: their cached listings' "..".
+        let mut moving = Vec::new();
         if parent != newparent {
-            // Noted before the move: an open after it lists afresh.
-            self.moving(parent.0, name);
+            moving.extend(self.dir_named(parent.0, name));
             if mode == RenameMode::Exchange {
-                self.moving(newparent.0, newname);
+                moving.extend(self.dir_named(newparent.0, newname));
             }
         }
         let r = ws.head().and_then(|h| {
@@ -280,6 +305,9 @@ impl Filesystem for Fuse {
                 h.rename(a.0, a.1, b.0, b.1, mode, &|i| ws.is_open(i))
             }
         });
+        if r.is_ok() {
+            moving.into_iter().for_each(|d| self.moved(d));
+        }
         answer!(reply, r, |()| reply.ok())
     }
 
@@ -466,27 +494,18 @@ impl Filesystem for Fuse {
         self.fsync(req, ino, fh, datasync, reply)
     }
 
+    /// ENOSYS once, and the kernel opens directories by itself from then
+    /// on (see `caches.rs`); without that, every listing reaches the
+    /// mount. A directory removed while open lives on by the kernel's
+    /// lookup count, not by its handles (`Workspace::looked_up`).
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
+        }
         answer!(reply, self.ws.stat(ino.0), |(i, _)| match i.kind {
-            // Counted like an open file: a directory removed while open
-            // stays (an orphan) until this handle's releasedir.
-            FileKind::Dir => {
-                let flags = self.dir_cache(ino.0, &i);
-                reply.opened(FileHandle(self.ws.open(ino.0)), flags)
-            }
+            FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
             _ => reply.error(Errno::ENOTDIR),
         })
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        answer!(reply, self.ws.release(ino.0), |()| reply.ok())
     }
 
     fn readdir(

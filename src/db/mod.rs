@@ -34,11 +34,6 @@ struct Watch {
     hook: MetaHook,
 }
 
-thread_local! {
-    /// The watches a batch built on this thread touched, until its write.
-    static TOUCHED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 pub const CF_CHUNKS: &str = "chunks";
 pub const CF_PACKS: &str = "packs";
 pub const CF_META: &str = "meta";
@@ -52,7 +47,6 @@ pub struct Db {
     /// Called after a write that put or deleted a `meta` key under a
     /// watched prefix ([`Db::watch_meta`]).
     watches: parking_lot::RwLock<Vec<Watch>>,
-    next_watch: std::sync::atomic::AtomicU64,
     /// Released after the database closes (fields drop in order), and
     /// after whatever else holds it (see [`Db::lock`]).
     lock: std::sync::Arc<lock::DirLock>,
@@ -114,12 +108,7 @@ impl Db {
         ];
         let db = DB::open_cf_descriptors(&opts, &path, cfs)
             .map_err(|e| Error::from(e).context(format!("opening {}", path.display())))?;
-        Ok(Db {
-            db,
-            watches: Default::default(),
-            next_watch: Default::default(),
-            lock: std::sync::Arc::new(lock),
-        })
+        Ok(Db { db, watches: Default::default(), lock: std::sync::Arc::new(lock) })
     }
 
     /// The store's lock, for what must stop before another process may
@@ -143,31 +132,27 @@ impl Db {
     pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
+        let hooks = self.watching(&batch);
         self.db.write_opt(batch, &wo)?;
+        // In the database now, whatever the check below says.
+        for h in hooks {
+            h();
+        }
         if sync {
             self.lock.check()?;
-        }
-        let touched = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
-        if !touched.is_empty() {
-            let hooks: Vec<MetaHook> = (self.watches.read().iter())
-                .filter(|w| touched.contains(&w.id))
-                .map(|w| w.hook.clone())
-                .collect();
-            for h in hooks {
-                h();
-            }
         }
         Ok(())
     }
 
-    /// Calls `hook` after every write that puts or deletes a `meta` key
-    /// starting with one of `prefixes` (on the writing thread, once the
-    /// write is in the database), until [`Db::unwatch_meta`] with the
-    /// number returned. A batch must be written on the thread that built
-    /// it for its write to call the hook; one that fails to be written
-    /// makes the next write on its thread call it, which is harmless.
+    /// Calls `hook` after every write of a batch that puts or deletes a
+    /// `meta` key starting with one of `prefixes` (on the writing thread,
+    /// once the write is in the database), until [`Db::unwatch_meta`]
+    /// with the number returned. A batch is matched by its bytes: one
+    /// that holds a prefix elsewhere (in another key or a value) calls
+    /// the hook too, which must be harmless (dropping a cache).
     pub fn watch_meta(&self, prefixes: &[&str], hook: MetaHook) -> u64 {
-        let id = self.next_watch.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let prefixes = prefixes.iter().map(|p| p.to_string()).collect();
         self.watches.write().push(Watch { id, prefixes, hook });
         id
@@ -177,17 +162,15 @@ impl Db {
         self.watches.write().retain(|w| w.id != id);
     }
 
-    /// Notes that the batch being built touches `key`, for the watches.
-    fn touch_meta(&self, key: &str) {
+    /// The hooks of the watches `batch` matches.
+    fn watching(&self, batch: &WriteBatch) -> Vec<MetaHook> {
         let watches = self.watches.read();
-        for w in watches.iter().filter(|w| w.prefixes.iter().any(|p| key.starts_with(p.as_str()))) {
-            TOUCHED.with(|t| {
-                let mut t = t.borrow_mut();
-                if !t.contains(&w.id) {
-                    t.push(w.id);
-                }
-            });
+        if watches.is_empty() {
+            return Vec::new();
         }
+        let data = batch.data();
+        let found = |p: &String| memchr::memmem::find(data, p.as_bytes()).is_some();
+        watches.iter().filter(|w| w.prefixes.iter().any(found)).map(|w| w.hook.clone()).collect()
     }
 
     /// Makes everything written so far durable (syncs the WAL), in the
@@ -245,18 +228,15 @@ impl Db {
         key: &str,
         v: &T,
     ) -> Result<()> {
-        self.touch_meta(key);
         b.put_cf(self.cf(CF_META), key.as_bytes(), serde_json::to_vec(v)?);
         Ok(())
     }
 
     pub fn put_meta(&self, b: &mut WriteBatch, key: &str, v: impl AsRef<[u8]>) {
-        self.touch_meta(key);
         b.put_cf(self.cf(CF_META), key.as_bytes(), v);
     }
 
     pub fn delete_meta(&self, b: &mut WriteBatch, key: &str) {
-        self.touch_meta(key);
         b.delete_cf(self.cf(CF_META), key.as_bytes());
     }
 }

@@ -242,7 +242,7 @@ impl Host {
         let _ = kernel.set(session.notifier());
         // A version never changes: only a live mount needs the hook.
         let hook = ws.is_live().then(|| self.watch_restores(&ws, vol, session.notifier()));
-        let names = self.watch_names(session.notifier());
+        let names = self.watch_names(vol, session.notifier());
         self.points.lock().push(req.dir.clone());
         let mut unmounter = Some(session.unmount_callable());
         {
@@ -305,11 +305,31 @@ impl Host {
 
     /// `.forkfs/versions` lists the volume's versions and tags: its
     /// listing, cached by the kernel, is dropped whenever a version name
-    /// of the store changes (see `fuse/caches.rs`).
-    fn watch_names(&self, notifier: fuser::Notifier) -> u64 {
-        self.store.graph().on_names_changed(Arc::new(move || {
-            // ENOENT when the kernel does not hold it: nothing cached.
+    /// of the store changes (see `fuse/caches.rs`), and once more a moment
+    /// later: a listing read before the change whose reply the kernel
+    /// caches only after the first drop would otherwise stay.
+    fn watch_names(&self, vol: &str, notifier: fuser::Notifier) -> u64 {
+        // ENOENT when the kernel does not hold it: nothing cached.
+        let drop_listing = move || {
             let _ = notifier.inval_inode(fuser::INodeNo(super::history::VERSIONS_DIR), 0, 0);
+        };
+        let (tx, rx) = crossbeam::channel::unbounded::<()>();
+        let again = drop_listing.clone();
+        // Ends when the hook goes (its sender with it).
+        let spawned =
+            std::thread::Builder::new().name(format!("forkfs-names-{vol}")).spawn(move || {
+                while rx.recv().is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                    while rx.try_recv().is_ok() {}
+                    again();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread to drop `.forkfs/versions` listings twice");
+        }
+        self.store.graph().on_names_changed(Arc::new(move || {
+            drop_listing();
+            let _ = tx.send(());
         }))
     }
 

@@ -167,8 +167,8 @@ impl<'a> Txn<'a> {
         if inode.nlink > 0 {
             self.put(inode);
         } else if open(inode.ino) {
-            // Unlinked while open (a file, or a directory someone holds
-            // open): it lives on as an orphan until its last close, so the
+            // Unlinked while open (a file someone holds open, or a
+            // directory the kernel still holds): it lives on as an orphan until its last close, so the
             // holder's fstat, fchmod and reads keep working, as on ext4.
             self.meta()?.orphans.push(inode.ino);
             self.put(inode);

@@ -9,17 +9,20 @@
 //! the kernel, and each such place drops it:
 //! - a restore (or another host's head taken) drops what it changed, see
 //!   `mount::invalidate`;
-//! - a move to another parent changes a listing's "..": [`Fuse::moved`];
+//! - a rename changes a directory's ctime, and a move to another parent
+//!   its listing's "..": [`Fuse::moved`];
 //! - `.forkfs/versions` changes with versions and tags: the names hook
 //!   of `mount::host`;
 //! - a directory whose attributes are set must record its next listing's
-//!   access (relatime): [`Fuse::attrs_set`].
+//!   access (relatime): [`Fuse::attrs_set`], after SETATTR, SETXATTR,
+//!   REMOVEXATTR and the inode-flag ioctl.
 //!
 //! A listing the kernel serves from its cache does not reach the mount,
 //! so it records no access time: with relatime a directory's access is
-//! recorded at the first listing after a change of it (which dropped the
-//! cached listing), but not once a day while it stays unchanged and
-//! cached. strictatime keeps every listing uncached (see `init`).
+//! recorded at the first listing after a change of it or of its
+//! attributes (which dropped the cached listing), but not once a day
+//! while it stays unchanged and cached. strictatime keeps every listing
+//! uncached (see `init`).
 
 use super::Fuse;
 use forkfs::fs::FileKind;
@@ -43,20 +46,27 @@ impl Fuse {
         (i.kind == FileKind::Dir).then_some(ino)
     }
 
-    /// Directory `ino` moved to another parent: the "..", of its cached
-    /// listing is stale. Dropped before the rename's reply: the kernel
-    /// holds the moved directory's lock until then, so no listing of it
-    /// can be read or cached in between.
+    /// Directory `ino` was renamed: if it moved to another parent, the
+    /// ".." of its cached listing is stale, and its ctime moved either way
+    /// (its next listing must record its access). Dropped before the
+    /// rename's reply: for a move to another parent the kernel holds the
+    /// directory's lock until then, so no listing of it can be read or
+    /// cached in between.
     pub(super) fn moved(&self, ino: u64) {
         self.drop_listing(ino);
     }
 
-    /// Directory `ino`'s attributes were set: its access is due now (its
-    /// ctime moved; its atime may have been set back), so its cached
-    /// listing goes and the next listing reaches the mount, which records
-    /// it. Before the reply, under the kernel's lock of the directory.
-    pub(super) fn attrs_set(&self, ino: u64) {
-        self.drop_listing(ino);
+    /// The attributes (mode, owner, times, extended attributes, inode
+    /// flags) of `ino` were set: if it is a directory, its access is due
+    /// now (its ctime moved; its atime may have been set back), so its
+    /// cached listing goes and the next listing reaches the mount, which
+    /// records it. Before the reply, under the kernel's lock of the inode.
+    /// `kind`, when the caller knows it, spares looking it up.
+    pub(super) fn attrs_set(&self, ino: u64, kind: Option<FileKind>) {
+        let kind = kind.or_else(|| self.ws.stat(ino).ok().map(|(i, _)| i.kind));
+        if kind == Some(FileKind::Dir) {
+            self.drop_listing(ino);
+        }
     }
 
     fn drop_listing(&self, ino: u64) {

@@ -38,6 +38,7 @@ impl Fuse {
                 return Err(Error::posix(Posix::NotPermitted, why));
             }
             head.set_flags(own, flags)?;
+            self.attrs_set(ino, Some(i.kind));
             Ok(Vec::new())
         };
         let bad = || Err(Error::posix(Posix::Invalid, "ioctl argument too short"));

@@ -188,9 +188,7 @@ impl Filesystem for Fuse {
             mtime: mtime.map(kernel_time),
         };
         answer!(reply, self.set_attr(ino.0, a), |i| {
-            if i.kind == FileKind::Dir {
-                self.attrs_set(ino.0);
-            }
+            self.attrs_set(ino.0, Some(i.kind));
             reply.attr(&TTL, &self.attr_of(&i))
         })
     }
@@ -284,13 +282,12 @@ impl Filesystem for Fuse {
             return reply.error(Errno::EINVAL);
         };
         let ws = &self.ws;
-        // Directories that change parent: their cached listings' "..".
+        // Directories renamed: their cached listings' ".." (moved to
+        // another parent) and access times (their ctime moves).
         let mut moving = Vec::new();
-        if parent != newparent {
-            moving.extend(self.dir_named(parent.0, name));
-            if mode == RenameMode::Exchange {
-                moving.extend(self.dir_named(newparent.0, newname));
-            }
+        moving.extend(self.dir_named(parent.0, name));
+        if mode == RenameMode::Exchange {
+            moving.extend(self.dir_named(newparent.0, newname));
         }
         let r = ws.head().and_then(|h| {
             let (from, to) = (ws.own(parent.0)?, ws.own(newparent.0)?);
@@ -574,7 +571,10 @@ impl Filesystem for Fuse {
             .ws
             .head()
             .and_then(|h| h.set_xattr(self.ws.own(ino.0)?, name.as_bytes(), value, mode));
-        answer!(reply, r, |()| reply.ok())
+        answer!(reply, r, |()| {
+            self.attrs_set(ino.0, None);
+            reply.ok()
+        })
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -594,7 +594,10 @@ impl Filesystem for Fuse {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.ws.head().and_then(|h| h.remove_xattr(self.ws.own(ino.0)?, name.as_bytes()));
-        answer!(reply, r, |()| reply.ok())
+        answer!(reply, r, |()| {
+            self.attrs_set(ino.0, None);
+            reply.ok()
+        })
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

@@ -168,8 +168,9 @@ impl<'a> Txn<'a> {
             self.put(inode);
         } else if open(inode.ino) {
             // Unlinked while open (a file someone holds open, or a
-            // directory the kernel still holds): it lives on as an orphan until its last close, so the
-            // holder's fstat, fchmod and reads keep working, as on ext4.
+            // directory the kernel still holds): it lives on as an orphan
+            // until its last close, so the holder's fstat, fchmod and
+            // reads keep working, as on ext4.
             self.meta()?.orphans.push(inode.ino);
             self.put(inode);
         } else {

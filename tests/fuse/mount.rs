@@ -361,14 +361,16 @@ fn cached_listings_follow_changes_and_restores() {
     for n in ["a", "b"] {
         std::fs::write(m.path("d").join(n), b"x").unwrap();
     }
-    let names = || -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(m.path("d"))
+    // The sorted names a listing of `dir` gives.
+    let listed = |dir: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(m.path(dir))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         v.sort();
         v
     };
+    let names = || listed("d");
     for _ in 0..3 {
         assert_eq!(names(), ["a", "b"]);
     }
@@ -399,13 +401,7 @@ fn cached_listings_follow_changes_and_restores() {
 
     // `.forkfs/versions` lists versions and tags as they come and go,
     // though none of them passes through the kernel.
-    let versions = || -> Vec<String> {
-        let v: Vec<String> = std::fs::read_dir(m.path(".forkfs/versions"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v
-    };
+    let versions = || listed(".forkfs/versions");
     let has = |names: &[String], n: &str| names.iter().any(|x| x == n);
     assert!(has(&versions(), "two") && !has(&versions(), "three"));
     ok(&store, &["snapshot", "lists", "--name", "three"]);

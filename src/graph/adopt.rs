@@ -231,11 +231,14 @@ impl Graph {
         } else {
             None
         };
-        db.write(b, true)?;
-        head.set_state(new_head);
-        if let Some(counter_only) = counter_only {
-            super::restore::enter_new_tree(&head, counter_only)?;
-        }
+        head.publish(|| {
+            db.write(b, true)?;
+            head.set_state(new_head);
+            match counter_only {
+                Some(counter_only) => super::restore::enter_new_tree(&head, counter_only),
+                None => Ok(()),
+            }
+        })?;
         self.volumes.committed();
         tracing::info!(
             volume,

@@ -98,10 +98,12 @@ impl Graph {
         }
         self.volumes.put_head_object(rec.id, &new_head)?;
         self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
-        self.db().write(b, true)?;
-        self.volumes.committed();
-        head.set_state(new_head);
-        enter_new_tree(head, counter_only)?;
+        head.publish(|| {
+            self.db().write(b, true)?;
+            self.volumes.committed();
+            head.set_state(new_head);
+            enter_new_tree(head, counter_only)
+        })?;
         tracing::info!(volume = %rec.name, to = %to.id.short(), "restore");
         Ok(pre)
     }

@@ -157,12 +157,14 @@ impl Graph {
                     }
                 }
             }
-            self.db().write(b, true)?;
-            head.set_state(new_head.clone());
-            if let Some(f) = floor {
-                head.set_log_floor(f);
-            }
-            head.reload_zeroed()?;
+            head.publish(|| {
+                self.db().write(b, true)?;
+                head.set_state(new_head.clone());
+                if let Some(f) = floor {
+                    head.set_log_floor(f);
+                }
+                head.reload_zeroed()
+            })?;
         }
         self.volumes.committed();
         if !clean {

@@ -195,11 +195,20 @@ impl Opened<BlockHead> {
 }
 
 impl Opened<FsHead> {
-    /// A reader of the state shown.
+    /// A reader of the state shown (of a live head: see [`FsHead::reader`]).
     pub fn reader(&self) -> FsReader<'_> {
         match self {
             Opened::Live(h) => h.reader(),
             Opened::Version(v) => v.fs(),
+        }
+    }
+
+    /// Runs `read` on a reader of the state shown, from one state (see
+    /// [`FsHead::read`]).
+    pub fn read<T>(&self, mut read: impl FnMut(FsReader<'_>) -> Result<T>) -> Result<T> {
+        match self {
+            Opened::Live(h) => h.read(read),
+            Opened::Version(v) => read(v.fs()),
         }
     }
 

@@ -186,6 +186,12 @@ pub struct Head {
     state: RwLock<HeadRecord>,
     /// Shared by writers, exclusive for checkpoints and restores.
     pub(crate) gate: RwLock<()>,
+    /// Moves at every commit that replaces the overlay with a new base
+    /// (a checkpoint, a restore, an adoption): odd while one is written.
+    /// fs reads do not take the gate; one that spans such a commit may
+    /// have read the old base and then the emptied overlay, and is
+    /// retried ([`Head::read_consistent`]).
+    published: AtomicU64,
     /// Serialize read-modify-write of the same block.
     stripes: Vec<Mutex<()>>,
     /// Serializes namespace and inode-record changes of an fs volume.
@@ -298,6 +304,7 @@ impl Head {
             record,
             state: RwLock::new(state),
             gate: RwLock::new(()),
+            published: AtomicU64::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             ns: Mutex::new(()),
             checkpoint: Mutex::new(()),
@@ -362,6 +369,38 @@ impl Head {
 
     pub(crate) fn set_state(&self, s: HeadRecord) {
         *self.state.write() = s;
+    }
+
+    /// Runs `commit`, a write that replaces the overlay with a new base
+    /// and sets the state naming it, so that a read beside it
+    /// ([`Head::read_consistent`]) is retried. Call with the gate held
+    /// exclusively.
+    pub(crate) fn publish<T>(&self, commit: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.published.fetch_add(1, Ordering::SeqCst);
+        let out = commit();
+        self.published.fetch_add(1, Ordering::SeqCst);
+        out
+    }
+
+    /// Runs `read` (reads of the base and the overlay, without the gate)
+    /// until no commit ([`Head::publish`]) came during it: its result is
+    /// then that of one state. A read that spans a commit may have failed
+    /// or seen a mix; it is run again, which a checkpoint's commit makes
+    /// rare (they are milliseconds long, seconds apart).
+    pub(crate) fn read_consistent<T>(&self, mut read: impl FnMut() -> Result<T>) -> Result<T> {
+        loop {
+            let before = self.published.load(Ordering::SeqCst);
+            if before % 2 == 1 {
+                // A commit is being written, under the gate held
+                // exclusively (so this thread does not hold it): wait.
+                drop(self.gate.read());
+                continue;
+            }
+            let out = read();
+            if self.published.load(Ordering::SeqCst) == before {
+                return out;
+            }
+        }
     }
 
     pub(crate) fn mark_deleted(&self) {

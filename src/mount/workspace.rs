@@ -82,10 +82,6 @@ impl Workspace {
         matches!(self.source, Opened::Live(_))
     }
 
-    pub fn reader(&self) -> FsReader<'_> {
-        self.source.reader()
-    }
-
     /// The head to change; EROFS for a mount of a version.
     pub fn head(&self) -> Result<&FsHead, Error> {
         match &self.source {
@@ -113,28 +109,33 @@ impl Workspace {
 
     /// The mounted tree's own inode (changes go through [`Workspace::own`]).
     pub fn inode(&self, ino: u64) -> Result<Inode, Error> {
-        self.reader().inode(ino)
+        self.source.read(|r| r.inode(ino))
     }
 
-    /// A reader for the tree behind `fuse_ino`, the inode there, and the
-    /// bits its FUSE inode numbers carry.
-    fn at(&self, fuse_ino: u64) -> Result<Option<(FsReader<'_>, u64, u64)>, Error> {
-        Ok(match self.slots.place(fuse_ino)? {
-            Place::Own(i) => Some((self.reader(), i, 0)),
-            Place::Virtual(_) => None,
+    /// Runs `read` on a reader of the tree behind `fuse_ino`, with the
+    /// inode there and the bits its FUSE inode numbers carry; `None` for
+    /// `.forkfs` and `.forkfs/versions`. What it reads is of one state,
+    /// even beside a checkpoint (then it may run twice: see
+    /// [`FsHead::read`]).
+    fn read_at<T>(
+        &self,
+        fuse_ino: u64,
+        mut read: impl FnMut(FsReader<'_>, u64, u64) -> Result<T, Error>,
+    ) -> Result<Option<T>, Error> {
+        Ok(Some(match self.slots.place(fuse_ino)? {
+            Place::Own(i) => self.source.read(|r| read(r, i, 0))?,
+            Place::Virtual(_) => return Ok(None),
             Place::Version { version, ino, base } => {
                 let r = FsReader::frozen(self.store.chunks(), version.root, version.block_size);
-                Some((r, ino, base))
+                read(r, ino, base)?
             }
-        })
+        }))
     }
 
     /// An inode anywhere in the mount, with its FUSE inode number.
     pub fn stat(&self, fuse_ino: u64) -> Result<(Inode, u64), Error> {
-        match self.at(fuse_ino)? {
-            Some((r, ino, base)) => Ok((r.inode(ino)?, base | ino)),
-            None => Ok((history::virtual_dir(fuse_ino), fuse_ino)),
-        }
+        let found = self.read_at(fuse_ino, |r, ino, base| Ok((r.inode(ino)?, base | ino)))?;
+        Ok(found.unwrap_or_else(|| (history::virtual_dir(fuse_ino), fuse_ino)))
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(Inode, u64), Error> {
@@ -160,10 +161,12 @@ impl Workspace {
             (Place::Virtual(_), _) => return Err(enoent()),
             _ => {}
         }
-        let (r, ino, base) = self.at(parent)?.ok_or_else(enoent)?;
-        let dir = r.inode(ino)?;
-        let e = r.lookup(&dir, name)?.ok_or_else(enoent)?;
-        Ok((r.inode(e.ino)?, base | e.ino))
+        let found = self.read_at(parent, |r, ino, base| {
+            let dir = r.inode(ino)?;
+            let e = r.lookup(&dir, name)?.ok_or_else(enoent)?;
+            Ok((r.inode(e.ino)?, base | e.ino))
+        })?;
+        found.ok_or_else(enoent)
     }
 
     /// Whether the kernel may keep a name missing from directory `parent`
@@ -202,19 +205,25 @@ impl Workspace {
                 return n;
             }
         }
-        let counted = match self.at(fuse_ino) {
-            Ok(Some((r, _, _))) => r.allocated(i),
-            _ => return i.size,
-        };
-        let n = counted.unwrap_or_else(|e| {
-            tracing::warn!(ino = fuse_ino, error = %e, "cannot count allocated blocks");
-            i.size
+        // Counted in the inode as read with its blocks: `i` may be of
+        // a state before a checkpoint, whose overlay is gone.
+        let counted = self.read_at(fuse_ino, |r, ino, _| {
+            let now = r.inode(ino)?;
+            Ok((now.ctime, now.size, r.allocated(&now)?))
         });
+        let (ctime, size, n) = match counted {
+            Ok(Some(c)) => c,
+            Ok(None) => return i.size,
+            Err(e) => {
+                tracing::warn!(ino = fuse_ino, error = %e, "cannot count allocated blocks");
+                return i.size;
+            }
+        };
         let mut cache = self.allocated.lock();
         if cache.len() >= ALLOCATED_CACHED {
             cache.clear();
         }
-        cache.insert(fuse_ino, (i.ctime, i.size, n));
+        cache.insert(fuse_ino, (ctime, size, n));
         n
     }
 
@@ -225,9 +234,8 @@ impl Workspace {
     /// A quota is the commit's to enforce: a plain fallocate grows the
     /// size it charges, one with KEEP_SIZE charges nothing.
     pub fn check_room(&self, ino: u64, offset: u64, len: u64) -> Result<(), Error> {
-        let r = self.reader();
         // Past what is counted, count nothing as held (ask for it all).
-        let held = r.allocated_in(&r.inode(ino)?, offset, len)?.unwrap_or(0);
+        let held = self.source.read(|r| r.allocated_in(&r.inode(ino)?, offset, len))?.unwrap_or(0);
         let (_, _, avail, bsize) = super::statfs_of(self.store.dir());
         let room = avail.saturating_mul(u64::from(bsize));
         if len.saturating_sub(held) > room {
@@ -256,12 +264,15 @@ impl Workspace {
     /// Reads file bytes anywhere in the mount (recording the access when
     /// due).
     pub fn read(&self, fuse_ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Error> {
-        let (r, ino, _) =
-            self.at(fuse_ino)?.ok_or_else(|| Error::posix(Posix::IsDir, "is a directory"))?;
-        let i = r.inode(ino)?;
-        let mut buf = vec![0u8; (size as u64).min(i.size.saturating_sub(offset)) as usize];
-        let n = r.read(&i, offset, &mut buf)?;
-        buf.truncate(n);
+        let (i, buf) = self
+            .read_at(fuse_ino, |r, ino, _| {
+                let i = r.inode(ino)?;
+                let mut buf = vec![0u8; (size as u64).min(i.size.saturating_sub(offset)) as usize];
+                let n = r.read(&i, offset, &mut buf)?;
+                buf.truncate(n);
+                Ok((i, buf))
+            })?
+            .ok_or_else(is_dir)?;
         self.accessed(fuse_ino, &i);
         Ok(buf)
     }
@@ -298,15 +309,19 @@ impl Workspace {
     /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE in a file anywhere in
     /// the mount.
     pub fn seek(&self, fuse_ino: u64, offset: u64, data: bool) -> Result<u64, Error> {
-        let (r, ino, _) =
-            self.at(fuse_ino)?.ok_or_else(|| Error::posix(Posix::IsDir, "is a directory"))?;
-        r.seek(&r.inode(ino)?, offset, data)
+        self.read_at(fuse_ino, |r, ino, _| r.seek(&r.inode(ino)?, offset, data))?.ok_or_else(is_dir)
     }
 
     /// One page of a directory: (cookie key, FUSE inode, kind, name), and
     /// the key to continue after.
     pub fn list(&self, fuse_ino: u64, after: u64) -> Result<Listing, Error> {
-        let Some((r, ino, base)) = self.at(fuse_ino)? else {
+        let page = self.read_at(fuse_ino, |r, ino, base| {
+            let dir = r.inode(ino)?;
+            let (page, next) = r.list_page(&dir, after, 256)?;
+            let page = page.into_iter().map(|(k, e)| (k, base | e.ino, e.kind, e.name.to_vec()));
+            Ok((page.collect(), next))
+        })?;
+        let Some(page) = page else {
             let names: Vec<(u64, FileKind, Vec<u8>)> = match fuse_ino {
                 CTL_DIR => vec![(VERSIONS_DIR, FileKind::Dir, b"versions".to_vec())],
                 _ => history::version_names(&self.store, &self.volume)?
@@ -318,26 +333,16 @@ impl Workspace {
                 names.into_iter().enumerate().map(|(i, (ino, k, n))| (i as u64 + 1, ino, k, n));
             return Ok((page.filter(|(k, ..)| *k > after).collect(), None));
         };
-        let dir = r.inode(ino)?;
-        let (page, next) = r.list_page(&dir, after, 256)?;
-        Ok((
-            page.into_iter().map(|(k, e)| (k, base | e.ino, e.kind, e.name.to_vec())).collect(),
-            next,
-        ))
+        Ok(page)
     }
 
     pub fn xattr(&self, fuse_ino: u64, name: &[u8]) -> Result<bytes::Bytes, Error> {
-        match self.at(fuse_ino)? {
-            Some((r, ino, _)) => r.xattr(ino, name),
-            None => Err(Error::posix(Posix::NoAttr, "no attribute")),
-        }
+        let found = self.read_at(fuse_ino, |r, ino, _| r.xattr(ino, name))?;
+        found.ok_or_else(|| Error::posix(Posix::NoAttr, "no attribute"))
     }
 
     pub fn xattr_names(&self, fuse_ino: u64) -> Result<Vec<bytes::Bytes>, Error> {
-        match self.at(fuse_ino)? {
-            Some((r, ino, _)) => r.xattr_names(ino),
-            None => Ok(Vec::new()),
-        }
+        Ok(self.read_at(fuse_ino, |r, ino, _| r.xattr_names(ino))?.unwrap_or_default())
     }
 
     /// copy_file_range into a file of this workspace: by sharing blocks
@@ -459,4 +464,8 @@ impl Workspace {
             (uid, gid, perm)
         }
     }
+}
+
+fn is_dir() -> Error {
+    Error::posix(Posix::IsDir, "is a directory")
 }

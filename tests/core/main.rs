@@ -12,6 +12,7 @@ mod concurrent;
 mod crash;
 mod deferred;
 mod fs_api;
+mod fs_concurrent;
 mod graph_model;
 mod group;
 mod lost_rewrite;

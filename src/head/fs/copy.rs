@@ -39,7 +39,7 @@ impl FsHead {
         dst_off: u64,
         len: u64,
     ) -> Result<u64> {
-        let size = regular(self.reader().inode(src)?)?.size;
+        let size = regular(self.read(|r| r.inode(src))?)?.size;
         let len = len.min(size.saturating_sub(src_off));
         if len == 0 {
             return Ok(0);
@@ -63,10 +63,13 @@ impl FsHead {
     }
 
     fn copy_bytes(&self, src: u64, src_off: u64, dst: u64, dst_off: u64, n: u64) -> Result<u64> {
-        let r = self.reader();
-        let mut buf = vec![0u8; n as usize];
-        let got = r.read(&r.inode(src)?, src_off, &mut buf)?;
-        buf.truncate(got);
+        let buf = self.read(|r| {
+            let mut buf = vec![0u8; n as usize];
+            let got = r.read(&r.inode(src)?, src_off, &mut buf)?;
+            buf.truncate(got);
+            Ok(buf)
+        })?;
+        let got = buf.len();
         self.write_file(dst, dst_off, &buf)?;
         Ok(got as u64)
     }

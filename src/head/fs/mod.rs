@@ -52,9 +52,18 @@ impl FsHead {
         self.0.record()
     }
 
-    /// A reader of the live state.
+    /// A reader of the live state as it is now. Its reads see one state
+    /// only while no checkpoint or restore of this head commits: beside
+    /// them (a mount's automatic versions), read through [`FsHead::read`].
     pub fn reader(&self) -> FsReader<'_> {
         FsReader::live(&self.0)
+    }
+
+    /// Runs `read` on a reader of the live state and returns what it read
+    /// from one state, even when a checkpoint or restore commits
+    /// meanwhile (it is then run again: keep it free of side effects).
+    pub fn read<T>(&self, mut read: impl FnMut(FsReader<'_>) -> Result<T>) -> Result<T> {
+        self.0.read_consistent(|| read(FsReader::live(&self.0)))
     }
 
     /// fsync: makes every acknowledged change durable on local disk.
@@ -71,7 +80,7 @@ impl FsHead {
     /// [`inode::charged`]): kept with every change, or counted now by a
     /// walk of the tree in a volume made before the count was kept.
     pub fn used(&self) -> Result<u64> {
-        self.reader().used()
+        self.read(|r| r.used())
     }
 
     /// Counts the used bytes by walking the tree and, where the kept

@@ -192,6 +192,12 @@ pub struct Head {
     /// have read the old base and then the emptied overlay, and is
     /// retried ([`Head::read_consistent`]).
     published: AtomicU64,
+    /// fs volumes: inodes numbered from here were made after the last
+    /// promise of durability (an fsync of the volume, a checkpoint, a
+    /// restore), so nothing of theirs was ever promised: a file among them
+    /// that outgrows its inline bytes need not sync the data log first
+    /// (`Txn::moved_inline`). Only grows.
+    pub(crate) fresh_from: AtomicU64,
     /// Serialize read-modify-write of the same block.
     stripes: Vec<Mutex<()>>,
     /// Serializes namespace and inode-record changes of an fs volume.
@@ -305,6 +311,7 @@ impl Head {
             state: RwLock::new(state),
             gate: RwLock::new(()),
             published: AtomicU64::new(0),
+            fresh_from: AtomicU64::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             ns: Mutex::new(()),
             checkpoint: Mutex::new(()),
@@ -321,6 +328,8 @@ impl Head {
             // access times, or more. A failure to tell means more.
             let only = fs::only_accesses(&head).unwrap_or(false);
             head.accessed_only.store(only, Ordering::Release);
+            // Everything there may have been promised by an earlier process.
+            head.promised();
         }
         Ok(head)
     }
@@ -379,7 +388,21 @@ impl Head {
         self.published.fetch_add(1, Ordering::SeqCst);
         let out = commit();
         self.published.fetch_add(1, Ordering::SeqCst);
+        if self.record.kind == VolumeKind::Fs {
+            // A version, or a restored tree, is durable.
+            self.promised();
+        }
         out
+    }
+
+    /// fs volumes: every inode that exists now may have had bytes promised
+    /// durable (see `fresh_from`). Call at the start of a promise, under
+    /// the namespace lock or the gate held exclusively, so that no
+    /// transaction that took the old mark commits after it. When the fs
+    /// record cannot be read, every inode counts as promised.
+    pub(crate) fn promised(&self) {
+        let next = self.read_consistent(|| fs::FsReader::live(self).meta()).map(|m| m.next_ino);
+        self.fresh_from.fetch_max(next.unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
     /// Runs `read` (reads of the base and the overlay, without the gate)

@@ -7,11 +7,19 @@
 //! and lost their data, and the bytes an fsync had acknowledged read as
 //! zeros: nothing durable was under those entries.
 //!
+//! A file made since the last promise of durability (an fsync of the
+//! volume, a checkpoint) had nothing promised: it moves its bytes without
+//! that sync, and a power cut may take them, but leaves every byte as
+//! written or zero.
+//!
 //! Negative controls (by hand): without any one of the three
 //! `Txn::moved_inline` calls (`head/fs/ops.rs` write and resize,
-//! `head/fs/copy.rs`), its round reads the fsynced bytes as zeros. Each
-//! round has a store of its own: one sync of the log covers every append
-//! before it, so a round's fix would hide another's missing one.
+//! `head/fs/copy.rs`), its round reads the fsynced bytes as zeros; so
+//! does the write round without the mark an fsync moves (`FsHead::flush`),
+//! and the checkpoint round without the one a checkpoint moves
+//! (`Head::publish`). Each round has a store of its own: one sync of the
+//! log covers every append before it, so a round's fix would hide
+//! another's missing one.
 
 use crate::Machine;
 use crate::common::mount::{lazy_unmount, mount_pid, wait_gone};
@@ -27,18 +35,38 @@ enum Grow {
     Copy,
 }
 
+/// What made the small file's bytes durable before it grew.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Promise {
+    Fsync,
+    /// A version of the volume (`forkfs snapshot`), no fsync.
+    Checkpoint,
+    /// Nothing: the bytes may be lost with the growth.
+    None,
+}
+
 #[test]
 fn fsynced_inline_bytes_survive_a_power_cut_after_the_file_outgrows_them() {
     for how in [Grow::Write, Grow::Truncate, Grow::Copy] {
-        if let Err(e) = outgrow(how) {
+        if let Err(e) = outgrow(how, Promise::Fsync) {
             panic!("{how:?}: {e}");
         }
     }
 }
 
-/// One round on a store of its own: a small file fsynced, grown without
-/// an fsync, a synced RocksDB write, SIGKILL, the power cut.
-fn outgrow(how: Grow) -> Result<(), String> {
+#[test]
+fn inline_bytes_of_a_version_survive_and_unpromised_ones_read_as_written_or_zero() {
+    for promise in [Promise::Checkpoint, Promise::None] {
+        if let Err(e) = outgrow(Grow::Write, promise) {
+            panic!("{promise:?}: {e}");
+        }
+    }
+}
+
+/// One round on a store of its own: a small file made durable as
+/// `promise` says, grown without an fsync, a synced RocksDB write,
+/// SIGKILL, the power cut.
+fn outgrow(how: Grow, promise: Promise) -> Result<(), String> {
     let mut m = Machine::new();
     m.ok(&["init"]);
     m.ok(&["volume", "create", "ws"]);
@@ -50,7 +78,13 @@ fn outgrow(how: Grow) -> Result<(), String> {
     let small = random(1000, 1);
     let mut f = std::fs::File::create(&path).unwrap();
     f.write_all(&small).unwrap();
-    f.sync_all().unwrap();
+    match promise {
+        Promise::Fsync => f.sync_all().unwrap(),
+        Promise::Checkpoint => {
+            m.ok(&["snapshot", "ws"]);
+        }
+        Promise::None => {}
+    }
     drop(f);
     // Not fsynced: the growth may be lost, the bytes under it not.
     let grown = match how {
@@ -82,13 +116,15 @@ fn outgrow(how: Grow) -> Result<(), String> {
     let to = got.path().join("out");
     m.ok(&["export", "ws", to.to_str().unwrap()]);
     let after = std::fs::read(to.join("f")).unwrap();
-    // The fsynced bytes exactly; past them each byte as grown or lost (zero).
-    let kept = after.get(..small.len()) == Some(&small[..]);
-    let rest = after.iter().zip(&grown).skip(small.len()).all(|(a, g)| a == g || *a == 0);
+    // The promised bytes exactly; past them (all of them, when nothing
+    // was promised) each byte as grown or lost (zero).
+    let promised = if promise == Promise::None { 0 } else { small.len() };
+    let kept = after.get(..promised) == Some(&small[..promised]);
+    let rest = after.iter().zip(&grown).skip(promised).all(|(a, g)| a == g || *a == 0);
     if !kept || !rest || after.len() > grown.len() {
         let zeros = after.iter().filter(|b| **b == 0).count();
         return Err(format!(
-            "{} bytes now ({zeros} zero), the fsynced 1000 kept: {kept}, the rest as written or zero: {rest}",
+            "{} bytes now ({zeros} zero), the {promised} promised kept: {kept}, the rest as written or zero: {rest}",
             after.len()
         ));
     }

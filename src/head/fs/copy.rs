@@ -104,7 +104,7 @@ impl FsHead {
                 // Small and inline: its bytes move into blocks first.
                 Content::Inline(old) => {
                     t.r.blocks(dst, None).write(&mut t.b, 0, old)?;
-                    t.moved_inline(old);
+                    t.moved_inline(dst, old);
                     to.content = Content::Blocks(None);
                 }
                 _ => return Err(Error::corrupt(format!("file {dst} has no data content"))),

@@ -68,6 +68,11 @@ impl FsHead {
 
     /// fsync: makes every acknowledged change durable on local disk.
     pub fn flush(&self) -> Result<()> {
+        {
+            // Every change acknowledged before this point is promised.
+            let _ns = self.0.ns.lock();
+            self.0.promised();
+        }
         self.0.flush()
     }
 

@@ -155,7 +155,7 @@ impl FsHead {
                     let map = t.r.blocks(ino, None);
                     let _s = self.head().lock_block_range(ino, 0, (end - 1) / map.block_size);
                     write_over_inline(&map, &mut t.b, old, offset, data)?;
-                    t.moved_inline(old);
+                    t.moved_inline(ino, old);
                     inode.content = Content::Blocks(None);
                 }
                 Content::Blocks(base) => {
@@ -594,7 +594,7 @@ fn resize(head: &FsHead, t: &mut Txn<'_>, inode: &mut Inode, size: u64) -> Resul
         Content::Inline(old) => {
             let map = t.r.blocks(ino, None);
             map.write(&mut t.b, 0, old)?;
-            t.moved_inline(old);
+            t.moved_inline(ino, old);
             inode.content = Content::Blocks(None);
         }
         Content::Blocks(base) if size < inode.size => {

@@ -82,17 +82,21 @@ impl<'a> Txn<'a> {
         self.inodes.insert(inode.ino, Some(inode));
     }
 
-    /// Called once a file's inline bytes `old` were written into its
-    /// blocks (appended to the data log) in this transaction, which drops
-    /// them from the inode record. That record may become durable before
-    /// the log does (any synced RocksDB write syncs the WAL it is in), and
-    /// the blocks' entries have nothing durable under them: power loss
-    /// would read acknowledged bytes as zeros. So the commit syncs the log
-    /// first, once nothing can fail it any more, and writes its marks in
-    /// the same batch. Empty inline bytes have nothing to lose; a file
-    /// crosses this line once.
-    pub fn moved_inline(&mut self, old: &[u8]) {
-        self.sync_log_first |= !old.is_empty();
+    /// Called once the inline bytes `old` of file `ino` were written into
+    /// its blocks (appended to the data log) in this transaction, which
+    /// drops them from the inode record. That record may become durable
+    /// before the log does (any synced RocksDB write syncs the WAL it is
+    /// in), and the blocks' entries have nothing durable under them: power
+    /// loss would read acknowledged bytes as zeros. So the commit syncs
+    /// the log first, once nothing can fail it any more, and writes its
+    /// marks in the same batch. Not needed when nothing was promised
+    /// durable: empty inline bytes, or a file made since the last fsync or
+    /// checkpoint of the volume (`Head::fresh_from`: an untar, whose files
+    /// each cross this line once, syncs nothing). Read under the
+    /// namespace lock, which a promise takes to move the mark.
+    pub fn moved_inline(&mut self, ino: u64, old: &[u8]) {
+        let promised = ino < self.head.fresh_from.load(Ordering::SeqCst);
+        self.sync_log_first |= !old.is_empty() && promised;
     }
 
     /// Deletes an inode (its directory entries or file blocks go with it

@@ -385,9 +385,19 @@ impl Head {
     /// ([`Head::read_consistent`]) is retried. Call with the gate held
     /// exclusively.
     pub(crate) fn publish<T>(&self, commit: impl FnOnce() -> Result<T>) -> Result<T> {
+        /// Makes the counter even again however the commit ends (a panic
+        /// too: an odd counter would hold every read forever).
+        struct Done<'a>(&'a AtomicU64);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         self.published.fetch_add(1, Ordering::SeqCst);
-        let out = commit();
-        self.published.fetch_add(1, Ordering::SeqCst);
+        let out = {
+            let _done = Done(&self.published);
+            commit()
+        };
         if self.record.kind == VolumeKind::Fs {
             // A version, or a restored tree, is durable.
             self.promised();

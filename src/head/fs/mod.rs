@@ -70,6 +70,9 @@ impl FsHead {
     pub fn flush(&self) -> Result<()> {
         {
             // Every change acknowledged before this point is promised.
+            // The gate and the namespace lock in a transaction's order:
+            // no commit is being published under them.
+            let _gate = self.0.gate.read();
             let _ns = self.0.ns.lock();
             self.0.promised();
         }

@@ -39,10 +39,12 @@ pub fn seed() -> u64 {
 
 /// A store directory on a lazy filesystem, re-mounted after each cut.
 pub struct Machine {
+    /// Declared (so dropped) before the directory it is mounted in: the
+    /// directory's removal then finds nothing mounted under it.
+    fs: Option<lazyfs::Mounted>,
     _dir: tempfile::TempDir,
     backing: PathBuf,
     mountpoint: PathBuf,
-    fs: Option<lazyfs::Mounted>,
     /// Extra environment for every forkfs process on the store.
     pub env: Vec<(&'static str, &'static str)>,
 }

@@ -195,7 +195,11 @@ fn power_cuts_under_a_mounted_workspace_lose_no_acknowledged_write() {
 fn power_cuts_catch_a_missing_fsync() {
     let mut m = Machine::new();
     m.env.push(("FORKFS_TEST_SKIP_LOG_SYNC", "1"));
-    let rounds = rounds().max(12);
+    // A round catches the loss only when the cut finds an fsynced file
+    // not yet in a checkpoint (taken every 300 ms): most rounds do, but
+    // beside other tests on 2 cores, 12 in a row once did not. The first
+    // catch ends the test, so the bound costs only a failing run.
+    let rounds = rounds().max(40);
     match power_cuts(&mut m, rounds, seed()) {
         Err(e) => println!("negative control caught: {e}"),
         Ok(()) => panic!("{rounds} power cuts without the data log's fsync lost nothing"),

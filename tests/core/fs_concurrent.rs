@@ -18,7 +18,9 @@ fn content(n: u64) -> Vec<u8> {
 /// Which round each 64 KiB block of the file is of, looked for from
 /// round `n` (where it most often is) on.
 fn blocks_rounds(rounds: &[Vec<u8>], bytes: &[u8], n: u64) -> Vec<Option<u64>> {
-    let block = |b: &[u8], k: usize| b[k * 65536..((k + 1) * 65536).min(b.len())].to_vec();
+    fn block(b: &[u8], k: usize) -> &[u8] {
+        &b[k * 65536..((k + 1) * 65536).min(b.len())]
+    }
     (0..bytes.len().div_ceil(65536))
         .map(|k| {
             let mut candidates = (n..=150u64).chain(0..n);

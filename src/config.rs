@@ -6,7 +6,6 @@
 //! warning.
 
 use crate::error::{Error, Result};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// How this process uses a store: overrides of the store's own settings
@@ -150,17 +149,6 @@ fn env<T, E: std::fmt::Display>(
             None
         }
     }
-}
-
-/// The store directory when none is given: `$XDG_DATA_HOME/forkfs`, else
-/// `~/.local/share/forkfs` (the same for every forkfs binary).
-pub fn default_store_dir() -> PathBuf {
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from("."));
-    data.join("forkfs")
 }
 
 #[cfg(test)]

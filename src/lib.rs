@@ -38,6 +38,7 @@ mod error;
 mod files;
 mod graph;
 mod head;
+mod home;
 mod id;
 mod maint;
 mod map;
@@ -51,7 +52,7 @@ mod store;
 mod sync;
 
 pub use clock::now_ms;
-pub use config::{Settings, default_store_dir, parse_size};
+pub use config::{Settings, parse_size};
 pub use error::{Detail, Error, ErrorKind, Posix, Result, exit_code, one_line};
 pub use files::restrict_umask;
 pub use graph::group::describe as describe_group_version;
@@ -65,6 +66,7 @@ pub use head::blockmap::Piece;
 /// leave it readable as its last durable content (see `head/prior.rs`).
 pub use head::prior::MAX_CHAIN as MAX_PRIOR_CHAIN;
 pub use head::{BlockHead, Frozen, FsHead, LayerStats, Opened, WeakBlockHead, is_zero};
+pub use home::default_store_dir;
 pub use id::{ChunkId, PackId, VersionId, VolumeId, VolumeName};
 pub use maint::{
     CheckOptions, CheckReport, GcOptions, GcReport, RepairReport, StoreStats, VolumeStats,

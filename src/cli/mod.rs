@@ -1,10 +1,12 @@
-//! The `forkfs` CLI: one module per subcommand, shared flags in [`Global`].
+//! The `forkfs` CLI (`forkfs-core`): one module per subcommand, shared
+//! flags in [`Global`]; `held.rs` is also the `forkfs` launcher's.
 
 mod bundle;
 mod data;
 mod debug;
 mod fork;
 mod group;
+pub mod held;
 mod init;
 mod log;
 mod output;
@@ -31,25 +33,9 @@ pub struct Cli {
     command: Command,
 }
 
-/// Flags every subcommand takes.
-#[derive(clap::Args, Clone, Debug)]
-pub struct Global {
-    /// Store directory [default: $XDG_DATA_HOME/forkfs]
-    #[arg(long, env = "FORKFS_STORE", global = true)]
-    pub store: Option<PathBuf>,
-    /// Machine-readable JSON output
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Log verbosity (also RUST_LOG)
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-}
+pub use held::Global;
 
 impl Global {
-    pub fn store_dir(&self) -> PathBuf {
-        self.store.clone().unwrap_or_else(forkfs::default_store_dir)
-    }
-
     /// How this process uses the store (from the `FORKFS_*` environment).
     pub fn settings(&self) -> Settings {
         Settings::from_env()
@@ -69,6 +55,13 @@ impl Global {
     ) -> anyhow::Result<T> {
         let v = forkfs::service::run(&self.store_dir(), &self.settings(), req, progress)?;
         Ok(serde_json::from_value(v)?)
+    }
+
+    /// Runs the one request of a snapshot, restore or fork (`held.rs`)
+    /// and shows its answer.
+    pub fn run_held(&self, held: &held::Held) -> anyhow::Result<()> {
+        let req: Request = serde_json::from_value(held.request().clone())?;
+        held.show(self.json, self.call(&req)?)
     }
 
     pub fn open(&self) -> forkfs::Result<Store> {

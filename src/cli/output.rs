@@ -1,11 +1,6 @@
 //! Formatting for people (sizes, ages, tables) and JSON for scripts.
 
-use serde::Serialize;
-
-pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
-}
+pub use super::held::print_json;
 
 /// 1536 -> "1.5 KiB".
 pub fn bytes(n: u64) -> String {

@@ -5,36 +5,14 @@ use super::output::print_json;
 use forkfs::VersionRecord;
 use forkfs::service::Request;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// The volume (or, with --group, nothing)
-    #[arg(required_unless_present = "group")]
-    volume: Option<String>,
-    /// One version of every member of this volume group, at one cut
-    #[arg(long, conflicts_with = "volume")]
-    group: Option<String>,
-    /// Name the version (named versions are never pruned)
-    #[arg(long)]
-    name: Option<String>,
-    /// A free-text label
-    #[arg(long, short)]
-    message: Option<String>,
-}
+pub use super::held::SnapshotArgs as Args;
 
 /// Works while a server holds the store (through its control socket).
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    let volume = match (a.volume, a.group) {
-        (_, Some(group)) => return super::group::snapshot(g, group, a.name, a.message),
-        (Some(v), None) => v,
-        (None, None) => anyhow::bail!("name a volume, or a group with --group"),
-    };
-    let req = Request::Snapshot { volume, name: a.name, label: a.message };
-    let v: VersionRecord = g.call(&req)?;
-    if g.json {
-        return print_json(&v);
+    match a.held()? {
+        Some(held) => g.run_held(&held),
+        None => super::group::snapshot(g, a.group.unwrap_or_default(), a.name, a.message),
     }
-    println!("{}@{}", v.volume_name, v.id.short());
-    Ok(())
 }
 
 #[derive(clap::Args)]

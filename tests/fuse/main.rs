@@ -22,6 +22,7 @@ mod mount_fsx;
 mod mount_group;
 mod mount_handles;
 mod mount_killpriv;
+mod mount_launcher;
 mod mount_lifecycle;
 mod mount_posix;
 mod mount_postgres;

@@ -160,10 +160,15 @@ fn the_top_directory_belongs_to_the_volumes_creator_or_the_imported_tree() {
         assert!(st.success());
     };
     chown(&s, 65534, 65534);
-    // The binary where `nobody` may run it (the build directory may be private).
+    // The binaries where `nobody` may run them (the build directory may be
+    // private): the launcher and the forkfs-core it runs.
     let bin = d.path().join("forkfs");
-    if std::fs::hard_link(crate::common::forkfs_bin(), &bin).is_err() {
-        std::fs::copy(crate::common::forkfs_bin(), &bin).unwrap();
+    for name in ["forkfs", "forkfs-core"] {
+        let from = crate::common::forkfs_bin().with_file_name(name);
+        let to = d.path().join(name);
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).unwrap();
+        }
     }
     let made = std::process::Command::new("su")
         .args(["-s", "/bin/sh", "nobody", "-c"])

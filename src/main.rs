@@ -14,7 +14,7 @@ mod home;
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -47,11 +47,12 @@ fn main() {
     if let Some(code) = answer_here(&args) {
         std::process::exit(code);
     }
-    // The binary beside this one (as installed, or in a build's target
-    // directory), else forkfs-core on PATH.
-    const CORE: &str = "forkfs-core";
-    let sibling = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(CORE)));
-    let program = sibling.filter(|p| p.exists()).unwrap_or_else(|| PathBuf::from(CORE));
+    // The binary beside this one, as installed or built (never another
+    // build's from PATH).
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("forkfs-core")))
+        .unwrap_or_else(|| PathBuf::from("forkfs-core"));
     let mut cmd = std::process::Command::new(&program);
     cmd.args(args.iter().skip(1));
     if let Some(arg0) = args.first() {
@@ -66,13 +67,12 @@ fn main() {
 
 /// Sends a snapshot, restore or fork to the process holding the store
 /// and shows its answer; the exit code, or `None` for `forkfs-core` to
-/// run the command: another command, bad arguments, or anything but a
-/// clean answer from a holder (none answers: the store is free, held
-/// without a socket, or its holder is on its way out; or it answered with
-/// an error). `forkfs-core` then runs it here or sends it again, and
-/// reports whatever is wrong in its words and exit codes. Sending again
-/// is safe: a holder that failed a request changed nothing, and one that
-/// closes a connection unanswered never read its request.
+/// run the command: another command, bad arguments, or no answer from a
+/// holder (none listens: the store is free or held without a socket; the
+/// holder is on its way out, says so, or closed the connection
+/// unanswered), which forkfs-core then waits out or runs itself, as it
+/// would have. The holder's errors are shown here, as forkfs-core shows
+/// them: it has done what it will of the request, which is not sent twice.
 fn answer_here(args: &[OsString]) -> Option<i32> {
     let quick = Quick::try_parse_from(args).ok()?;
     let held = match &quick.command {
@@ -83,13 +83,17 @@ fn answer_here(args: &[OsString]) -> Option<i32> {
     let held = held.ok().flatten()?;
     let dir = quick.global.store_dir();
     let answer = match ask(&dir, held.request()) {
-        Ok(Some(answer)) => answer,
-        Ok(None) => return None,
+        Answer::Ok(answer) => answer,
+        Answer::Elsewhere => return None,
+        Answer::Err { kind, message } => {
+            eprintln!("forkfs: {}", message.replace('\n', " "));
+            return Some(exit_code(&kind));
+        }
         // Silent past the holder's heartbeats: stopped or hung, possibly
-        // in the middle of this very request (not one to send twice).
-        Err(e) => {
+        // in the middle of this very request.
+        Answer::Silent => {
             eprintln!(
-                "forkfs: the process holding the store at {} has not answered ({e}): it is \
+                "forkfs: the process holding the store at {} has not answered for 10 s: it is \
                  stopped (kill -CONT) or hung (kill it)",
                 dir.display()
             );
@@ -105,39 +109,86 @@ fn answer_here(args: &[OsString]) -> Option<i32> {
     }
 }
 
+/// What the holder of a store said to a request.
+enum Answer {
+    Ok(Value),
+    Err {
+        kind: String,
+        message: String,
+    },
+    /// Nobody took the request: for forkfs-core to run.
+    Elsewhere,
+    Silent,
+}
+
 /// The control socket's exchange (`forkfs::service::call`): one JSON
 /// request line; empty lines (heartbeats, one a second while the holder
-/// works) and then `{"ok": ANSWER}` or `{"err": ...}`. `Ok(None)` for
-/// no connection, no answer or an error answer; `Err` when the holder
-/// went silent.
-fn ask(dir: &Path, req: &Value) -> std::io::Result<Option<Value>> {
-    let Ok(mut s) = UnixStream::connect(dir.join("control.sock")) else { return Ok(None) };
+/// works) and then `{"ok": ANSWER}` or `{"err": {"kind", "message",
+/// "exiting"}}`.
+fn ask(dir: &Path, req: &Value) -> Answer {
+    let Ok(mut s) = UnixStream::connect(dir.join("control.sock")) else { return Answer::Elsewhere };
     // As forkfs::service::SILENCE: ten heartbeats missed.
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.set_write_timeout(Some(Duration::from_secs(10)))?;
-    let mut line = serde_json::to_vec(req)?;
+    let silence = Some(Duration::from_secs(10));
+    if s.set_read_timeout(silence).and_then(|()| s.set_write_timeout(silence)).is_err() {
+        return Answer::Elsewhere;
+    }
+    let Ok(mut line) = serde_json::to_vec(req) else { return Answer::Elsewhere };
     line.push(b'\n');
     if s.write_all(&line).is_err() {
-        return Ok(None);
+        return Answer::Elsewhere;
     }
     let mut reader = BufReader::new(s);
     let mut line = String::new();
     while line.trim().is_empty() {
         line.clear();
         match reader.read_line(&mut line) {
-            Ok(0) => return Ok(None),
+            Ok(0) => return Answer::Elsewhere,
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(e);
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Answer::Silent;
             }
-            Err(_) => return Ok(None),
+            Err(_) => return Answer::Elsewhere,
         }
     }
     let answer: Value = serde_json::from_str(&line).unwrap_or_default();
-    Ok(answer.get("ok").cloned())
+    if let Some(ok) = answer.get("ok") {
+        return Answer::Ok(ok.clone());
+    }
+    let err = &answer["err"];
+    match (err["kind"].as_str(), err["message"].as_str()) {
+        (Some(kind), Some(message)) if err["exiting"] != Value::Bool(true) => {
+            Answer::Err { kind: kind.to_string(), message: message.to_string() }
+        }
+        _ => Answer::Elsewhere,
+    }
+}
+
+/// The exit code of an error of this kind, as the control socket names
+/// it (`forkfs::ErrorKind`, whose `exit_code` this follows; a test checks
+/// it): sysexits-style, 1 for a kind this build does not know.
+fn exit_code(kind: &str) -> i32 {
+    match kind {
+        "invalid-input" => 64,
+        "corrupt" => 65,
+        "not-found" => 66,
+        "unavailable" => 69,
+        "no-space" => 73,
+        "read-only" | "conflict" => 75,
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code;
+
+    /// Exit codes by kind name are the library's.
+    #[test]
+    fn exit_codes_are_the_librarys() {
+        use forkfs::ErrorKind::*;
+        for k in [NotFound, Corrupt, Unavailable, InvalidInput, ReadOnly, NoSpace, Conflict] {
+            let name = serde_json::to_value(k).unwrap();
+            assert_eq!(exit_code(name.as_str().unwrap()), k.exit_code(), "{k:?}");
+        }
+    }
 }

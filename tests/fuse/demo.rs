@@ -45,7 +45,7 @@ fn summary(stdout: &str) -> Vec<(String, f64)> {
 #[test]
 fn the_demo_shows_every_step_in_under_two_minutes_and_leaves_nothing_behind() {
     let bins = forkfs_bin().parent().expect("the binaries' directory").to_path_buf();
-    for b in ["forkfs", "forkfs-nbd", "forkfs-fsck"] {
+    for b in ["forkfs", "forkfs-core", "forkfs-nbd", "forkfs-fsck"] {
         assert!(
             bins.join(b).is_file(),
             "{} is missing: the demo needs the workspace's binaries \

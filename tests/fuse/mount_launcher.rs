@@ -9,14 +9,14 @@ use crate::common::{forkfs_bin, ok};
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// The launcher run from a directory of its own (no forkfs-core beside it
-/// or on PATH).
+/// The launcher run from a directory of its own (no forkfs-core beside it;
+/// PATH is that directory, which the launcher would not search anyway).
 fn alone(launcher: &Path, store: &Path, args: &[&str]) -> Output {
     Command::new(launcher)
         .arg("--store")
         .arg(store)
         .args(args)
-        .env("PATH", "/usr/bin:/bin")
+        .env("PATH", launcher.parent().expect("the launcher's directory"))
         .env_remove("FORKFS_STORE")
         .output()
         .expect("run the launcher")
@@ -51,12 +51,18 @@ fn the_launcher_answers_a_mounted_store_alone_and_links_no_store_code() {
     let fork = alone(&launcher, &store, &["fork", "w@one", "w2"]);
     assert!(fork.status.success(), "fork: {}", text(&fork.stderr));
     assert!(text(&fork.stdout).ends_with("as w2\n"), "fork printed {}", text(&fork.stdout));
+    // The holder's error, shown as forkfs-core shows it, and not sent
+    // again (forkfs-core is not here to send it).
+    let again = alone(&launcher, &store, &["fork", "w@one", "w2"]);
+    assert_eq!(again.status.code(), Some(75), "{}", text(&again.stderr));
+    assert!(text(&again.stderr).contains("already exists"), "{}", text(&again.stderr));
     // The versions are there for the whole command too.
     let log = ok(&store, &["log", "w"]);
     assert!(log.contains("before restore to"), "{log}");
     // Everything else is forkfs-core's, which this directory lacks.
     let other = alone(&launcher, &store, &["log", "w"]);
     assert_eq!(other.status.code(), Some(69), "{}", text(&other.stderr));
-    assert!(text(&other.stderr).contains("cannot run forkfs-core"), "{}", text(&other.stderr));
+    let why = text(&other.stderr);
+    assert!(why.contains("cannot run") && why.contains("forkfs-core"), "{why}");
     drop(m);
 }

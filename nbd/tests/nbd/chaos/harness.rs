@@ -304,7 +304,7 @@ pub fn run(cfg: &Config) -> Summary {
     args.extend(cfg.serve_flags.iter().cloned());
     // Pinned copies: a build in the shared target directory during a long
     // run must not swap (or briefly remove) the binaries under it.
-    for name in ["forkfs-nbd", "forkfs"] {
+    for name in ["forkfs-nbd", "forkfs", "forkfs-core"] {
         let built = Path::new(env!("CARGO_BIN_EXE_forkfs-nbd")).with_file_name(name);
         if built.exists() {
             std::fs::copy(&built, srv.path(name)).unwrap();

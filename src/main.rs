@@ -181,6 +181,41 @@ fn exit_code(kind: &str) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::exit_code;
+    use super::{Quick, QuickCommand};
+    use clap::Parser;
+    use forkfs::service::Request;
+
+    fn request(args: &[&str]) -> Request {
+        let quick = Quick::try_parse_from([&["forkfs"], args].concat()).unwrap();
+        let held = match quick.command {
+            QuickCommand::Snapshot(a) => a.held(),
+            QuickCommand::Fork(a) => a.held(),
+            QuickCommand::Restore(a) => a.held(),
+        };
+        let held = held.unwrap().expect("one request");
+        serde_json::from_value(held.request().clone()).expect("a control request")
+    }
+
+    /// The JSON written here is the control socket's `Request`, field by field.
+    #[test]
+    fn requests_are_the_control_sockets() {
+        let s = request(&["snapshot", "w", "--name", "n", "-m", "label"]);
+        assert!(
+            matches!(&s, Request::Snapshot { volume, name: Some(n), label: Some(l) }
+                if volume == "w" && n == "n" && l == "label"),
+            "{s:?}"
+        );
+        let f = request(&["fork", "w@v", "w2"]);
+        assert!(
+            matches!(&f, Request::Fork { source, new } if source == "w@v" && new == "w2"),
+            "{f:?}"
+        );
+        let r = request(&["restore", "w", "~1"]);
+        assert!(
+            matches!(&r, Request::Restore { volume, version } if volume == "w" && version == "~1"),
+            "{r:?}"
+        );
+    }
 
     /// Exit codes by kind name are the library's.
     #[test]

@@ -11,10 +11,77 @@ use crate::records::retention::{Candidate, plan};
 use crate::records::{GroupVersion, Origin, Policy, VersionRecord, VolumeRecord, keys};
 use std::collections::{HashMap, HashSet};
 
+thread_local! {
+    /// Inside [`Graph::pruning_after`] on this thread: the volumes whose
+    /// automatic pruning waits until the work is answered.
+    static HELD: std::cell::RefCell<Option<Vec<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Automatic prunings held back by [`Graph::pruning_after`], to run once
+/// the work's answer is out.
+#[must_use = "held prunings run only when asked to"]
+pub struct HeldPrunes(Vec<String>);
+
+impl HeldPrunes {
+    pub fn run(self, graph: &Graph) {
+        for volume in self.0 {
+            graph.auto_prune_now(&volume);
+        }
+    }
+}
+
 impl Graph {
+    /// Runs `work` (a request) with the automatic pruning its versions
+    /// call for held back: a prune reads the volume's whole log, so it
+    /// grows with the history, and the caller runs it once it has
+    /// answered ([`HeldPrunes::run`]). Nested calls hold for the outermost.
+    pub fn pruning_after<T>(&self, work: impl FnOnce() -> T) -> (T, HeldPrunes) {
+        /// Ends the hold, even if the work panics.
+        struct Outermost;
+        impl Drop for Outermost {
+            fn drop(&mut self) {
+                HELD.with(|h| h.borrow_mut().take());
+            }
+        }
+        let outermost = HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.is_some() {
+                return None;
+            }
+            *h = Some(Vec::new());
+            Some(Outermost)
+        });
+        let out = work();
+        let held = match outermost {
+            Some(end) => {
+                let held = HELD.with(|h| h.borrow_mut().take());
+                drop(end);
+                held.unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        (out, HeldPrunes(held))
+    }
+
     /// Applies the volume's retention after an automatic checkpoint, if it
-    /// has auto-pruning on. Failures are logged: the checkpoint stands.
+    /// has auto-pruning on (later, inside [`Graph::pruning_after`]).
     pub(super) fn auto_prune(&self, volume: &str) {
+        let held = HELD.with(|h| match h.borrow_mut().as_mut() {
+            Some(v) => {
+                if !v.iter().any(|x| x == volume) {
+                    v.push(volume.to_string());
+                }
+                true
+            }
+            None => false,
+        });
+        if !held {
+            self.auto_prune_now(volume);
+        }
+    }
+
+    /// Failures are logged: the checkpoint stands.
+    fn auto_prune_now(&self, volume: &str) {
         let res = self.volumes.get(volume).and_then(|v| {
             if !v.auto_prune {
                 return Ok(0);

@@ -193,9 +193,21 @@ impl Volumes {
         let backend = chunks.backend();
         let mut b = Batch::default();
         match &self.remote {
+            // Side by side: each is a file and a directory synced, and a
+            // crash between them leaves either alone, which a rebuild
+            // skips (a volume record without a head is a creation not
+            // finished; a head without a record names no volume) and the
+            // next creation, which takes the same id, replaces.
             None => {
-                self.storage.records.put_object(&objects::volume(rec.id), &rec)?;
-                self.storage.records.put_object(&objects::head(rec.id), &head)?;
+                let records = &self.storage.records;
+                std::thread::scope(|s| {
+                    let volume = s.spawn(|| records.put_object(&objects::volume(rec.id), &rec));
+                    let head = records.put_object(&objects::head(rec.id), &head);
+                    let volume = volume.join().unwrap_or_else(|_| {
+                        Err(Error::new(ErrorKind::Unavailable, "writing a volume record panicked"))
+                    });
+                    volume.and(head)
+                })?;
             }
             Some(r) => {
                 // Hosts number volumes from what they have seen: never take

@@ -22,6 +22,10 @@ pub struct Backend {
     /// Set for the embedded local store: puts are fsynced there, since
     /// `LocalFileSystem` only renames into place.
     local_root: Option<PathBuf>,
+    /// The embedded store's directory, which only this process writes
+    /// (under the store's lock): an object put again reuses its previous
+    /// file (`local.rs`).
+    exclusive: bool,
     runtime: Option<tokio::runtime::Runtime>,
     description: String,
     /// Open files of the local store, for ranged reads without a runtime
@@ -45,7 +49,9 @@ impl Backend {
         std::fs::create_dir_all(&root)?;
         let fs = LocalFileSystem::new_with_prefix(&root)?;
         let description = format!("file://{}", root.display());
-        Backend::new(Arc::new(fs), Some(root), description)
+        let mut b = Backend::new(Arc::new(fs), Some(root), description)?;
+        b.exclusive = true;
+        Ok(b)
     }
 
     /// Any object store, e.g. one wrapped in a fault-injecting decorator.
@@ -65,6 +71,7 @@ impl Backend {
         Ok(Backend {
             store,
             local_root,
+            exclusive: false,
             runtime: Some(runtime),
             description,
             fds,
@@ -177,7 +184,8 @@ impl Backend {
             return o.put(key, &data);
         }
         if let Some(root) = &self.local_root {
-            return put_local(&root.join(key.as_ref()), &data);
+            self.fds.remove(key.as_ref());
+            return super::local::put(&root.join(key.as_ref()), &data, self.exclusive);
         }
         let store = self.store.clone();
         let k = key.clone();
@@ -349,7 +357,11 @@ impl Backend {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(e.into()),
             }
-        })
+        })?;
+        match &self.local_root {
+            Some(root) if self.exclusive => super::local::remove_spare(&root.join(key.as_ref())),
+            _ => Ok(()),
+        }
     }
 
     /// Moves an object (a copy then a delete on most object stores).
@@ -362,6 +374,9 @@ impl Backend {
         let store = self.store.clone();
         let (f, t) = (from.clone(), to.clone());
         self.run(async move { Ok(store.rename(&f, &t).await?) })?;
+        if let Some(root) = self.local_root.as_ref().filter(|_| self.exclusive) {
+            super::local::remove_spare(&root.join(from.as_ref()))?;
+        }
         self.sync_local(to)
     }
 
@@ -422,48 +437,6 @@ impl Backend {
         }
         Ok(())
     }
-}
-
-/// Writes a local object durably: the bytes go to `<path>#<digits>` (a
-/// name `LocalFileSystem` leaves out of listings, as it does its own
-/// staging files), are synced, and only then renamed into place, and the
-/// directory synced. Power lost at any point leaves the old object or the
-/// new one, never a short one (`LocalFileSystem::put` renames before any
-/// sync: a power cut there emptied a head object in the power-cut test).
-fn put_local(path: &std::path::Path, data: &[u8]) -> Result<()> {
-    use std::io::Write;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().ok_or_else(|| Error::invalid("an object key names a directory"))?;
-    if !dir.is_dir() {
-        // The new directories' names must be durable too: sync the parent
-        // of each one created.
-        let mut missing = vec![dir];
-        while let Some(up) = missing.last().and_then(|d| d.parent()).filter(|d| !d.is_dir()) {
-            missing.push(up);
-        }
-        crate::files::private_dir(dir)?;
-        for d in missing.iter().rev() {
-            if let Some(parent) = d.parent() {
-                std::fs::File::open(parent)?.sync_all()?;
-            }
-        }
-    }
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!("#{}{n:010}", std::process::id()));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = crate::files::private_file().write(true).create_new(true).open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
-    }
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
 }
 
 /// Makes tokio's process-wide signal state, which every runtime with I/O

@@ -5,6 +5,7 @@
 //! - [`backend`]: the blocking bridge every layer above calls, with the
 //!   read deadline and fsync of local puts;
 //! - [`keys`]: the one place that knows the object key layout;
+//! - `local.rs`: durable puts into a local directory;
 //! - [`remote`]: remote URLs and connection settings;
 //! - [`outbox`]: remote puts land on local disk first and upload in the
 //!   background.
@@ -14,6 +15,7 @@
 
 pub mod backend;
 pub mod keys;
+mod local;
 pub mod outbox;
 pub mod remote;
 

@@ -277,7 +277,9 @@ impl Listener {
 fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
     let mut line = String::new();
     let mut reader = BufReader::new(std::io::Read::take(&conn, MAX_REQUEST));
-    let resp = match reader.read_line(&mut line) {
+    // Retention waits until the request is answered (it reads the
+    // volume's whole log).
+    let (resp, prunes) = store.graph().pruning_after(|| match reader.read_line(&mut line) {
         Ok(_) => match serde_json::from_str::<Request>(&line) {
             Ok(req) => {
                 tracing::info!(?req, "control request");
@@ -286,7 +288,7 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
             Err(e) => Err(Error::invalid(format!("bad control request: {e}"))),
         },
         Err(e) => Err(e.into()),
-    };
+    });
     let resp = match resp {
         Ok(v) => Response::Ok(v),
         Err(e) => {
@@ -295,9 +297,11 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
     };
     // One write: serde_json writes a value in many small pieces, each a
     // wake-up of the caller waiting for its line.
-    let Ok(mut raw) = serde_json::to_vec(&resp) else { return };
-    raw.push(b'\n');
-    let _ = (&conn).write_all(&raw);
+    if let Ok(mut raw) = serde_json::to_vec(&resp) {
+        raw.push(b'\n');
+        let _ = (&conn).write_all(&raw);
+    }
+    prunes.run(store.graph());
 }
 
 /// Runs `work`, sending an empty line on `conn` every [`HEARTBEAT`] until

@@ -91,3 +91,35 @@ fn automatic_checkpoints_prune_by_the_volume_policy() {
     assert!(store.graph().resolve("on@keep").is_ok(), "a named version was pruned");
     assert_eq!(seqs[seqs.len() - 4..], [8, 9, 10, 11], "the newest versions must stay");
 }
+
+/// A control request answers before the automatic pruning its version
+/// calls for (the prune reads the volume's whole log), and the pruning
+/// still happens, on the request's thread, once the answer is out.
+#[test]
+fn pruning_a_control_request_calls_for_happens_after_its_answer() {
+    use forkfs::service::{Request, call, serve};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store = Store::init(&path, StoreConfig::default()).unwrap();
+    store.volumes().create("v", VolumeKind::Block, Some(1 << 20), Some(4096)).unwrap();
+    let policy = Policy { keep_recent: 2, unit_ms: 3_600_000, per_bucket: 1 };
+    store.volumes().set_retention("v", Some(policy), true).unwrap();
+    let head = store.volumes().open_block("v").unwrap();
+    let _server = serve(store.clone(), Default::default()).unwrap();
+    for i in 0..6u8 {
+        head.write_at(0, &[i + 1; 4096]).unwrap();
+        // A fork of the head takes an automatic version of it first; the
+        // fork goes again, so nothing protects that version.
+        let new = format!("f{i}");
+        call(&path, &Request::Fork { source: "v".into(), new: new.clone() }).unwrap();
+        call(&path, &Request::DeleteVolume { name: new }).unwrap();
+    }
+    // The head's base (the newest), the 2 newest candidates before it and
+    // the oldest of the hour's bucket: 4 of the 6.
+    let count = || store.graph().log(&store.volumes().get("v").unwrap()).unwrap().len();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while count() != 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(count(), 4, "the automatic versions were not pruned");
+}

@@ -200,6 +200,43 @@ impl LazyFs {
     /// Drops what is kept of an inode whose last name and last handle are
     /// gone (`links` names left): the backing file system reuses its
     /// number for new files.
+    /// Swaps two names (renameat2's RENAME_EXCHANGE), at once like every
+    /// namespace change here; each file keeps its own unsynced data.
+    fn exchange(&self, a: &Path, b: &Path) -> Result<(), Errno> {
+        let c = |p: &Path| {
+            CString::new(self.full(p).into_os_string().into_vec()).map_err(|_| Errno::EINVAL)
+        };
+        let (ca, cb) = (c(a)?, c(b)?);
+        // SAFETY: both are valid NUL-terminated paths that outlive the call.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                ca.as_ptr(),
+                libc::AT_FDCWD,
+                cb.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if r != 0 {
+            return Err(errno(std::io::Error::last_os_error()));
+        }
+        let under = |to: &Path, rest: &Path| {
+            if rest.as_os_str().is_empty() { to.to_path_buf() } else { to.join(rest) }
+        };
+        let mut st = self.state.lock();
+        for p in st.paths.values_mut() {
+            let swapped = if let Ok(rest) = p.strip_prefix(a) {
+                under(b, rest)
+            } else if let Ok(rest) = p.strip_prefix(b) {
+                under(a, rest)
+            } else {
+                continue;
+            };
+            *p = swapped;
+        }
+        Ok(())
+    }
+
     fn forget_if_gone(&self, ino: u64, links: u64) {
         let mut st = self.state.lock();
         if links == 0 && !st.handles.values().any(|(i, _)| *i == ino) {

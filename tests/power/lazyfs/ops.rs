@@ -193,10 +193,13 @@ impl Filesystem for LazyFs {
     ) {
         let run = || -> Result<(), Errno> {
             let noreplace = flags.bits() == libc::RENAME_NOREPLACE;
+            let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
+            if flags.bits() == libc::RENAME_EXCHANGE {
+                return self.exchange(&from, &to);
+            }
             if flags.bits() != 0 && !noreplace {
                 return Err(Errno::EINVAL);
             }
-            let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
             let replaced = std::fs::symlink_metadata(self.full(&to)).ok();
             if noreplace && replaced.is_some() {
                 return Err(Errno::EEXIST);

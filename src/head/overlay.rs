@@ -119,6 +119,9 @@ impl Dirty {
 
 pub const KEY_LEN: usize = 25;
 
+/// [`Overlay::clear`] deletes at most this many entries one by one.
+pub const ONE_BY_ONE: usize = 1024;
+
 pub fn key(vol: VolumeId, space: Space, owner: u64, key: u64) -> [u8; KEY_LEN] {
     let mut k = [0u8; KEY_LEN];
     k[0..8].copy_from_slice(&vol.0.to_be_bytes());
@@ -270,11 +273,35 @@ impl<'a> Overlay<'a> {
         }
     }
 
-    /// Adds to `batch` the removal of every entry of this volume.
-    pub fn clear(&self, batch: &mut WriteBatch) {
-        let from = key(self.vol, Space::Root, 0, 0);
-        let to = (self.vol.0 + 1).to_be_bytes();
-        batch.delete_range_cf(self.db.cf(CF_OVERLAY), &from[..], &to[..]);
+    /// Adds to `batch` the removal of every entry of this volume; call with
+    /// its writers stopped (the gate held exclusively). Up to
+    /// [`ONE_BY_ONE`] entries are deleted one by one, more with one range
+    /// deletion: after each range deletion RocksDB rebuilds its list of
+    /// the memtable's range deletions at the next read, and every read of
+    /// the memtable steps through it until it flushes. With one per
+    /// checkpoint, that was 9% of a mount's CPU in a loop of snapshots
+    /// (`perf`), growing with every snapshot.
+    pub fn clear(&self, batch: &mut WriteBatch) -> Result<()> {
+        let prefix = self.vol.0.to_be_bytes();
+        let cf = self.db.cf(CF_OVERLAY);
+        let mut keys: Vec<Box<[u8]>> = Vec::new();
+        let mut it = self.db.raw().raw_iterator_cf(cf);
+        it.seek(prefix);
+        while let Some(k) = it.key().filter(|k| k.starts_with(&prefix)) {
+            if keys.len() == ONE_BY_ONE {
+                let from = key(self.vol, Space::Root, 0, 0);
+                let to = (self.vol.0 + 1).to_be_bytes();
+                batch.delete_range_cf(cf, &from[..], &to[..]);
+                return Ok(());
+            }
+            keys.push(k.into());
+            it.next();
+        }
+        it.status()?;
+        for k in keys {
+            batch.delete_cf(cf, k);
+        }
+        Ok(())
     }
 
     /// After a checkpoint removed `removed` entries of the volume (`None`:
@@ -301,6 +328,53 @@ impl<'a> Overlay<'a> {
             if let Err(e) = self.db.raw().flush_cf_opt(cf, &fo) {
                 tracing::warn!(error = %e, "overlay flush request failed");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(o: &Overlay<'_>) -> usize {
+        let mut n = 0;
+        o.for_each(&mut |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        n
+    }
+
+    /// Point deletions in the memtable (a range deletion is not one).
+    fn deletes(db: &Db) -> u64 {
+        let p = "rocksdb.num-deletes-active-mem-table";
+        db.raw().property_int_value_cf(db.cf(CF_OVERLAY), p).unwrap().unwrap()
+    }
+
+    /// A clear deletes a few entries one by one (a range deletion costs
+    /// every later read of the memtable), many with one range deletion,
+    /// and only the volume's own either way.
+    #[test]
+    fn a_clear_deletes_few_entries_one_by_one_and_many_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let (mine, other) = (Overlay::new(&db, VolumeId(7)), Overlay::new(&db, VolumeId(8)));
+        for (n, one_by_one) in [(ONE_BY_ONE, ONE_BY_ONE as u64), (ONE_BY_ONE + 1, 0)] {
+            let mut b = WriteBatch::default();
+            for k in 0..n as u64 {
+                mine.put(&mut b, Space::Dir, 1, k, &Dirty::Value(Bytes::from_static(b"x")));
+            }
+            other.put(&mut b, Space::Root, 0, 1, &Dirty::Delete);
+            db.write(b, false).unwrap();
+            assert_eq!(entries(&mine), n);
+            let before = deletes(&db);
+            let mut b = WriteBatch::default();
+            mine.clear(&mut b).unwrap();
+            db.write(b, false).unwrap();
+            assert_eq!(entries(&mine), 0, "{n} entries: some left");
+            assert_eq!(entries(&other), 1, "another volume's entry went too");
+            assert_eq!(deletes(&db) - before, one_by_one, "{n} entries");
         }
     }
 }

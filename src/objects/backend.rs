@@ -6,6 +6,7 @@
 //! runtime and waits for it with a plain blocking wait, which is sound from
 //! any thread.
 
+use super::keys;
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -185,7 +186,12 @@ impl Backend {
         }
         if let Some(root) = &self.local_root {
             self.fds.remove(key.as_ref());
-            return super::local::put(&root.join(key.as_ref()), &data, self.exclusive);
+            // Not a pack through its spare: packs are read through cached
+            // descriptors, and one put again must not write over a file a
+            // reader may still hold (a pack is never changed, so its spare
+            // would only ever be the same bytes).
+            let reuse = self.exclusive && keys::parse_pack(key).is_none();
+            return super::local::put(&root.join(key.as_ref()), &data, reuse);
         }
         let store = self.store.clone();
         let k = key.clone();

@@ -8,7 +8,7 @@
 //!
 //! Staging names end in `#<digits>`, which `LocalFileSystem` leaves out of
 //! listings. In a directory one process owns (the embedded store, under
-//! the store's lock), an object put again (a head, a volume record) keeps
+//! the store's lock), a record put again (a head, a volume record) keeps
 //! its previous file as `<name>#0`, the spare: the next put writes into
 //! the spare and swaps it with the object in one step
 //! (`renameat2(RENAME_EXCHANGE)`), so no file is made and none deleted.

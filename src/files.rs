@@ -72,6 +72,16 @@ pub(crate) fn golden(name: &str, encoded: &[u8]) -> Vec<u8> {
 /// Renames `from` to `to`, failing with `AlreadyExists` instead of
 /// replacing a file already at `to` (renameat2's RENAME_NOREPLACE).
 pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    renameat2(from, to, libc::RENAME_NOREPLACE)
+}
+
+/// Swaps the names of `a` and `b` in one step; both must exist
+/// (renameat2's RENAME_EXCHANGE: `ENOENT` when one does not).
+pub fn rename_exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    renameat2(a, b, libc::RENAME_EXCHANGE)
+}
+
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = |p: &Path| {
         std::ffi::CString::new(p.as_os_str().as_bytes())
@@ -80,13 +90,7 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
     let (from, to) = (c(from)?, c(to)?);
     // SAFETY: both are valid NUL-terminated paths that outlive the call.
     let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
+        libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags)
     };
     if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }

@@ -23,10 +23,19 @@ thread_local! {
 pub struct HeldPrunes(Vec<String>);
 
 impl HeldPrunes {
+    /// Each under the volume's checkpoint lock, as a prune inside a
+    /// checkpoint runs: never beside another checkpoint of the volume.
     pub fn run(self, graph: &Graph) {
         for volume in self.0 {
+            let head = graph.volumes.get(&volume).ok().and_then(|v| graph.volumes.opened_id(v.id));
+            let _one = head.as_ref().map(|h| h.checkpoint.lock());
             graph.auto_prune_now(&volume);
         }
+    }
+
+    /// The volumes whose pruning was held.
+    pub fn volumes(&self) -> &[String] {
+        &self.0
     }
 }
 

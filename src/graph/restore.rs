@@ -124,7 +124,7 @@ pub(super) fn stage_new_tree(
         VolumeKind::Fs => Some(crate::head::fs::restored_meta(head, root)?),
         VolumeKind::Block => None,
     };
-    head.overlay().clear(b)?;
+    head.overlay().clear_stopped(b)?;
     let counter_only = counter.is_some();
     if let Some(m) = counter {
         head.overlay().put(b, Space::Root, 0, META_KEY, &Dirty::Value(m));

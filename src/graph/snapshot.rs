@@ -141,7 +141,7 @@ impl Graph {
             }
             self.db().put_json(&mut b, &keys::head(rec.id), &new_head)?;
             if exclusive {
-                head.overlay().clear(&mut b)?;
+                head.overlay().clear_stopped(&mut b)?;
             } else {
                 // Entries rewritten during the fold are newer than the version: they stay.
                 head.overlay().delete_unchanged(&mut b, &folded)?;

@@ -193,11 +193,13 @@ impl Volumes {
         let backend = chunks.backend();
         let mut b = Batch::default();
         match &self.remote {
-            // Side by side: each is a file and a directory synced, and a
-            // crash between them leaves either alone, which a rebuild
-            // skips (a volume record without a head is a creation not
-            // finished; a head without a record names no volume) and the
-            // next creation, which takes the same id, replaces.
+            // Side by side: each is a file and a directory synced. A crash
+            // before the commit below can leave either alone: the index
+            // does not know the volume and the next creation takes the
+            // same id and replaces them; and an index rebuilt from the
+            // objects skips both (a volume record without a head is a
+            // creation not finished, its id not given again; a head
+            // without a record names no volume).
             None => {
                 let records = &self.storage.records;
                 std::thread::scope(|s| {

@@ -166,7 +166,7 @@ impl Storage {
             db.delete_meta(b, &keys::version(&v.id));
             db.delete_meta(b, &keys::damaged(&v.id));
         }
-        self.overlay(rec.id).clear(b)?;
+        self.overlay(rec.id).clear(b);
         Ok(())
     }
 }

@@ -119,7 +119,7 @@ impl Dirty {
 
 pub const KEY_LEN: usize = 25;
 
-/// [`Overlay::clear`] deletes at most this many entries one by one.
+/// [`Overlay::clear_stopped`] deletes at most this many entries one by one.
 pub const ONE_BY_ONE: usize = 1024;
 
 pub fn key(vol: VolumeId, space: Space, owner: u64, key: u64) -> [u8; KEY_LEN] {
@@ -273,25 +273,33 @@ impl<'a> Overlay<'a> {
         }
     }
 
-    /// Adds to `batch` the removal of every entry of this volume; call with
-    /// its writers stopped (the gate held exclusively). Up to
-    /// [`ONE_BY_ONE`] entries are deleted one by one, more with one range
-    /// deletion: after each range deletion RocksDB rebuilds its list of
-    /// the memtable's range deletions at the next read, and every read of
-    /// the memtable steps through it until it flushes. With one per
-    /// checkpoint, that was 9% of a mount's CPU in a loop of snapshots
+    /// Adds to `batch` the removal of every entry of this volume, written
+    /// or not yet: one range deletion.
+    pub fn clear(&self, batch: &mut WriteBatch) {
+        let from = key(self.vol, Space::Root, 0, 0);
+        let to = (self.vol.0 + 1).to_be_bytes();
+        batch.delete_range_cf(self.db.cf(CF_OVERLAY), &from[..], &to[..]);
+    }
+
+    /// [`Overlay::clear`] for a caller that holds the volume's gate
+    /// exclusively (no entry is written until the batch is): up to
+    /// [`ONE_BY_ONE`] entries are deleted one by one, and only more with
+    /// a range deletion. After each range deletion RocksDB rebuilds its
+    /// list of the memtable's range deletions at the next read, and every
+    /// read of the memtable steps through it until it flushes: with one
+    /// per checkpoint, that was 9% of a mount's CPU in a loop of snapshots
     /// (`perf`), growing with every snapshot.
-    pub fn clear(&self, batch: &mut WriteBatch) -> Result<()> {
+    pub fn clear_stopped(&self, batch: &mut WriteBatch) -> Result<()> {
         let prefix = self.vol.0.to_be_bytes();
         let cf = self.db.cf(CF_OVERLAY);
         let mut keys: Vec<Box<[u8]>> = Vec::new();
-        let mut it = self.db.raw().raw_iterator_cf(cf);
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_iterate_upper_bound((self.vol.0 + 1).to_be_bytes());
+        let mut it = self.db.raw().raw_iterator_cf_opt(cf, opts);
         it.seek(prefix);
-        while let Some(k) = it.key().filter(|k| k.starts_with(&prefix)) {
+        while let Some(k) = it.key() {
             if keys.len() == ONE_BY_ONE {
-                let from = key(self.vol, Space::Root, 0, 0);
-                let to = (self.vol.0 + 1).to_be_bytes();
-                batch.delete_range_cf(cf, &from[..], &to[..]);
+                self.clear(batch);
                 return Ok(());
             }
             keys.push(k.into());
@@ -305,7 +313,7 @@ impl<'a> Overlay<'a> {
     }
 
     /// After a checkpoint removed `removed` entries of the volume (`None`:
-    /// unknown, a restore's range deletion): when they are many, or the
+    /// unknown, a restore's clear): when they are many, or the
     /// overlay's memtable holds many entries, asks RocksDB to flush it in
     /// the background. Until a flush drops them, removed entries stay in
     /// the memtable (as tombstones, or under a range deletion) and every
@@ -352,7 +360,7 @@ mod tests {
         db.raw().property_int_value_cf(db.cf(CF_OVERLAY), p).unwrap().unwrap()
     }
 
-    /// A clear deletes a few entries one by one (a range deletion costs
+    /// A clear with the writers stopped deletes a few entries one by one (a range deletion costs
     /// every later read of the memtable), many with one range deletion,
     /// and only the volume's own either way.
     #[test]
@@ -370,7 +378,7 @@ mod tests {
             assert_eq!(entries(&mine), n);
             let before = deletes(&db);
             let mut b = WriteBatch::default();
-            mine.clear(&mut b).unwrap();
+            mine.clear_stopped(&mut b).unwrap();
             db.write(b, false).unwrap();
             assert_eq!(entries(&mine), 0, "{n} entries: some left");
             assert_eq!(entries(&other), 1, "another volume's entry went too");

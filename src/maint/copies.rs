@@ -53,7 +53,14 @@ impl Store {
                          record: Option<Bytes>,
                          same: &dyn Fn(&[u8]) -> bool|
          -> crate::error::Result<()> {
-            let problem = match backend.get(&key) {
+            // Read again before a mismatch counts: a record put again
+            // writes over its spare, which a read that began two puts
+            // earlier may still be reading (`objects/local.rs`).
+            let read = match backend.get(&key) {
+                Ok(raw) if !same(&raw) => backend.get(&key),
+                read => read,
+            };
+            let problem = match read {
                 Ok(raw) if same(&raw) => return Ok(()),
                 Ok(_) => format!("{what}: its object differs from the index"),
                 Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -108,7 +115,8 @@ impl Store {
     /// and its commit is not counted: an interrupted snapshot's version
     /// sits at or above the head's next number, or its slot holds the
     /// version that replaced it; an interrupted creation's volume holds the
-    /// next id; a deletion removes the volume's object first.
+    /// next id, or has no head object (a rebuild since took its id out of
+    /// use); a deletion removes the volume's object first.
     pub(crate) fn records_missing_from_index(&self) -> crate::error::Result<Vec<String>> {
         use crate::id::{VersionId, VolumeId};
         use crate::records::keys;
@@ -128,7 +136,12 @@ impl Store {
         for o in backend.list(objects::VOLUMES)? {
             let id = o.location.filename().and_then(|f| f.strip_suffix(".json"));
             let Some(id) = id.and_then(|h| u64::from_str_radix(h, 16).ok()) else { continue };
-            if id < next && !known.contains_key(&VolumeId(id)) {
+            // Without its head object (the creation's commit point) it
+            // is a creation a crash cut short, which a rebuild skips too.
+            if id < next
+                && !known.contains_key(&VolumeId(id))
+                && backend.get_versioned(&objects::head(VolumeId(id)))?.is_some()
+            {
                 candidates.push((o.location, format!("volume record {id:x}")));
             }
         }

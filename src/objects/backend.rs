@@ -299,7 +299,9 @@ impl Backend {
         if !holds {
             return Err(Error::conflict(format!("{key}: changed by another writer")));
         }
-        self.put(key, data)?;
+        // A new file, never a spare: the version compares inodes.
+        self.fds.remove(key.as_ref());
+        super::local::put(&root.join(key.as_ref()), &data, false)?;
         let m = self.head(key)?;
         Ok(UpdateVersion { e_tag: m.e_tag, version: None })
     }

@@ -58,11 +58,14 @@ pub(super) fn put(path: &Path, data: &[u8], reuse: bool) -> Result<()> {
             }
         }
     }
+    // Held until the swap is durable: the next put of the name writes
+    // over the file the swap set aside, which must not happen while a
+    // power cut could still undo the swap.
+    let _one = reuse.then(|| STRIPES[stripe(path)].lock());
     if reuse {
-        let _one = STRIPES[stripe(path)].lock();
         let spare = spare_of(path);
-        staged(&spare, data, false)?;
-        match exchange(&spare, path) {
+        staged_over(&spare, path, data)?;
+        match crate::files::rename_exchange(&spare, path) {
             Ok(()) => {}
             // A new object (no file to swap with), or a filesystem that
             // cannot swap: the staged file takes the name.
@@ -80,7 +83,7 @@ pub(super) fn put(path: &Path, data: &[u8], reuse: bool) -> Result<()> {
         let mut tmp: OsString = path.as_os_str().to_owned();
         tmp.push(format!("#{}{n:010}", std::process::id()));
         let tmp = PathBuf::from(tmp);
-        staged(&tmp, data, true)?;
+        staged(&tmp, data)?;
         if let Err(e) = std::fs::rename(&tmp, path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
@@ -90,18 +93,46 @@ pub(super) fn put(path: &Path, data: &[u8], reuse: bool) -> Result<()> {
     Ok(())
 }
 
-/// `data`, synced, in the file at `at`: a new one (`fresh`), else the one
-/// there written over (its old bytes cut) or a new one.
-fn staged(at: &Path, data: &[u8], fresh: bool) -> Result<()> {
-    let mut open = crate::files::private_file();
-    open.write(true);
-    if fresh {
-        open.create_new(true);
-    } else {
-        open.create(true).truncate(true);
+/// `data`, synced, in the spare at `at` of the object at `object`: written
+/// over when it is a file of its own (one link, not the object's: a hard
+/// link, from a copy of the store made with `cp -l` or left by a repair,
+/// must not carry the write into another name), else in a new file.
+fn staged_over(at: &Path, object: &Path, data: &[u8]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let own = match std::fs::symlink_metadata(at) {
+        Ok(m) => {
+            let same = std::fs::symlink_metadata(object)
+                .is_ok_and(|o| (o.dev(), o.ino()) == (m.dev(), m.ino()));
+            m.is_file() && m.nlink() == 1 && !same
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return staged(at, data),
+        Err(e) => return Err(e.into()),
+    };
+    if !own {
+        std::fs::remove_file(at)?;
+        return staged(at, data);
     }
+    write_synced(at, data, || {
+        let f = crate::files::private_file().write(true).open(at)?;
+        f.set_len(0)?;
+        Ok(f)
+    })
+}
+
+/// `data`, synced, in a new file at `at`.
+fn staged(at: &Path, data: &[u8]) -> Result<()> {
+    write_synced(at, data, || crate::files::private_file().write(true).create_new(true).open(at))
+}
+
+/// `data` written and synced into the file `open` gives for `at`, which
+/// is removed if that fails.
+fn write_synced(
+    at: &Path,
+    data: &[u8],
+    open: impl FnOnce() -> std::io::Result<std::fs::File>,
+) -> Result<()> {
     let written = (|| -> std::io::Result<()> {
-        let mut f = open.open(at)?;
+        let mut f = open()?;
         f.write_all(data)?;
         f.sync_all()
     })();
@@ -119,30 +150,10 @@ fn stripe(path: &Path) -> usize {
     (h.finish() % STRIPES.len() as u64) as usize
 }
 
-/// Swaps the names of `a` and `b` atomically (both must exist).
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-    };
-    let (a, b) = (c(a)?, c(b)?);
-    // SAFETY: both are valid NUL-terminated paths that outlive the call.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
-}
-
 /// Removes the spare of the object at `path`, if it has one (the object
 /// was deleted).
 pub(super) fn remove_spare(path: &Path) -> Result<()> {
+    let _one = STRIPES[stripe(path)].lock();
     match std::fs::remove_file(spare_of(path)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
@@ -189,6 +200,26 @@ mod tests {
         std::fs::write(spare_of(&p), vec![b'x'; 10_000]).unwrap();
         put(&p, b"new", true).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"new");
+    }
+
+    #[test]
+    fn a_spare_with_another_name_is_never_written_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("1.json");
+        put(&p, b"one", true).unwrap();
+        put(&p, b"two", true).unwrap();
+        // A copy of the store made with hard links shares the spare's file.
+        let backup = dir.path().join("backup-of-1.json");
+        std::fs::hard_link(spare_of(&p), &backup).unwrap();
+        put(&p, b"three", true).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"three");
+        assert_eq!(std::fs::read(&backup).unwrap(), b"one", "the write went into another name");
+        // A spare that is the object itself (a second name for its file).
+        std::fs::remove_file(spare_of(&p)).unwrap();
+        std::fs::hard_link(&p, spare_of(&p)).unwrap();
+        put(&p, b"four", true).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"four");
+        assert_eq!(std::fs::read(spare_of(&p)).unwrap(), b"three");
     }
 
     #[test]

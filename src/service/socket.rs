@@ -301,6 +301,8 @@ fn handle(store: &Store, extensions: &Extensions, conn: UnixStream) {
         raw.push(b'\n');
         let _ = (&conn).write_all(&raw);
     }
+    // A client reading to the end is not kept waiting for the pruning.
+    let _ = conn.shutdown(std::net::Shutdown::Both);
     prunes.run(store.graph());
 }
 

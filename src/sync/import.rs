@@ -353,7 +353,7 @@ impl Remote {
         if published.as_ref().is_some_and(|p| p != local) {
             tracing::warn!(volume = %vol.name, "this host's versions since its last publish stay local, not in the volume's remote history");
         }
-        overlay.clear(b)?;
+        overlay.clear(b);
         self.db().put_json(b, &keys::head(vol.id), &remote)?;
         self.publisher.set_published(b, vol.id, &remote);
         self.adopt_line(b, vol.id, &remote)?;

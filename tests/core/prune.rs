@@ -123,3 +123,28 @@ fn pruning_a_control_request_calls_for_happens_after_its_answer() {
     }
     assert_eq!(count(), 4, "the automatic versions were not pruned");
 }
+
+/// Inside [`forkfs::Graph::pruning_after`] an automatic version's pruning
+/// waits, and happens when the held prunings run.
+#[test]
+fn pruning_held_by_a_request_waits_for_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s"), StoreConfig::default()).unwrap();
+    store.volumes().create("v", VolumeKind::Block, Some(1 << 20), Some(4096)).unwrap();
+    let policy = Policy { keep_recent: 2, unit_ms: 3_600_000, per_bucket: 1 };
+    store.volumes().set_retention("v", Some(policy), true).unwrap();
+    let head = store.volumes().open_block("v").unwrap();
+    let auto = SnapshotOptions { origin: Some(Origin::Auto), ..Default::default() };
+    let count = || store.graph().log(&store.volumes().get("v").unwrap()).unwrap().len();
+    let ((), held) = store.graph().pruning_after(|| {
+        for i in 0..6u8 {
+            head.write_at(0, &[i + 1; 4096]).unwrap();
+            store.graph().snapshot("v", &auto).unwrap();
+        }
+    });
+    assert_eq!(count(), 6, "pruned before the request was answered");
+    assert_eq!(held.volumes(), ["v"]);
+    held.run(store.graph());
+    // The head's base, the 2 newest candidates and the hour's oldest.
+    assert_eq!(count(), 4);
+}

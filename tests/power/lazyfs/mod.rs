@@ -197,9 +197,6 @@ impl LazyFs {
         Ok(())
     }
 
-    /// Drops what is kept of an inode whose last name and last handle are
-    /// gone (`links` names left): the backing file system reuses its
-    /// number for new files.
     /// Swaps two names (renameat2's RENAME_EXCHANGE), at once like every
     /// namespace change here; each file keeps its own unsynced data.
     fn exchange(&self, a: &Path, b: &Path) -> Result<(), Errno> {
@@ -237,6 +234,9 @@ impl LazyFs {
         Ok(())
     }
 
+    /// Drops what is kept of an inode whose last name and last handle are
+    /// gone (`links` names left): the backing file system reuses its
+    /// number for new files.
     fn forget_if_gone(&self, ino: u64, links: u64) {
         let mut st = self.state.lock();
         if links == 0 && !st.handles.values().any(|(i, _)| *i == ino) {

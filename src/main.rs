@@ -47,8 +47,9 @@ fn main() {
     if let Some(code) = answer_here(&args) {
         std::process::exit(code);
     }
-    // The binary beside this one, as installed or built (never another
-    // build's from PATH).
+    // The binary beside this one, as installed or built, never another
+    // build's from PATH (which is searched only if this binary's own path
+    // cannot be read).
     let program = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("forkfs-core")))

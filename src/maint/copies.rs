@@ -132,15 +132,18 @@ impl Store {
         for id in known.keys() {
             next_seq.insert(*id, records.head(*id)?.next_seq);
         }
+        let has = |key: &object_store::path::Path| match backend.head(key) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        };
         let mut candidates = Vec::new();
         for o in backend.list(objects::VOLUMES)? {
             let id = o.location.filename().and_then(|f| f.strip_suffix(".json"));
             let Some(id) = id.and_then(|h| u64::from_str_radix(h, 16).ok()) else { continue };
             // Without its head object (the creation's commit point) it
             // is a creation a crash cut short, which a rebuild skips too.
-            if id < next
-                && !known.contains_key(&VolumeId(id))
-                && backend.get_versioned(&objects::head(VolumeId(id)))?.is_some()
+            if id < next && !known.contains_key(&VolumeId(id)) && has(&objects::head(VolumeId(id)))?
             {
                 candidates.push((o.location, format!("volume record {id:x}")));
             }

@@ -92,11 +92,11 @@ fn automatic_checkpoints_prune_by_the_volume_policy() {
     assert_eq!(seqs[seqs.len() - 4..], [8, 9, 10, 11], "the newest versions must stay");
 }
 
-/// A control request answers before the automatic pruning its version
-/// calls for (the prune reads the volume's whole log), and the pruning
-/// still happens, on the request's thread, once the answer is out.
+/// The automatic pruning a control request's version calls for, held
+/// until the request is answered (see the test below for the holding),
+/// still happens.
 #[test]
-fn pruning_a_control_request_calls_for_happens_after_its_answer() {
+fn pruning_a_control_request_calls_for_still_happens() {
     use forkfs::service::{Request, call, serve};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 /// The smallest allowed `--max-request` (and the most one can ask for).
 pub const MIN_MAX_REQUEST: u32 = 1 << 20;
@@ -141,6 +141,30 @@ impl Budget {
         let c = self.conn.clone().acquire_many_owned(conn).await.expect("never closed");
         let g = self.global.clone().acquire_many_owned(global).await.expect("never closed");
         Charge { _conn: c, _global: g }
+    }
+
+    /// As [`Budget::charge`], from a thread outside `rt`; `None` once
+    /// `stop` is set.
+    pub fn charge_blocking(
+        &self,
+        bytes: u32,
+        stop: &watch::Receiver<bool>,
+        rt: &tokio::runtime::Handle,
+    ) -> Option<Charge> {
+        let (conn, global) = (bytes.min(self.conn_total), bytes.min(self.global_total));
+        if let Ok(c) = self.conn.clone().try_acquire_many_owned(conn) {
+            if let Ok(g) = self.global.clone().try_acquire_many_owned(global) {
+                return Some(Charge { _conn: c, _global: g });
+            }
+        }
+        let mut stop = stop.clone();
+        rt.block_on(async {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => None,
+                c = self.charge(bytes) => Some(c),
+            }
+        })
     }
 
     /// Whether nothing of this connection is in flight or unsent.

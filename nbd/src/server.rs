@@ -10,7 +10,7 @@ use crate::metrics;
 use crate::negotiate::{Negotiated, Outcome, TlsState, greet, invalid, options};
 use crate::peers::Peers;
 use crate::persist::clients::Peer;
-use crate::session::{SessionConfig, serve};
+use crate::session::{self, SessionConfig};
 use crate::systemd::{self, Inherited};
 use crate::tls::{Tls, TlsFiles};
 use anyhow::Context;
@@ -126,16 +126,14 @@ fn identity(cert: &tokio_rustls::rustls::pki_types::CertificateDer<'_>) -> Strin
 
 /// One admitted connection: the handshake (bounded by the handshake
 /// timeout, and ended by a stop), then the session.
-async fn handle<S>(
+async fn handle<S: Socket>(
     s: S,
     exports: Arc<Exports>,
     cfg: SessionConfig,
     mut stop: watch::Receiver<bool>,
     peer: Peer,
     tls: Option<Tls>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+) {
     let limits = &cfg.limits;
     let handshake = tokio::time::timeout(
         limits.handshake_timeout,
@@ -164,26 +162,19 @@ async fn handle<S>(
             }
         },
     };
-    match attached {
-        Attached::Plain(s, n) => session(s, n, peer, cfg, stop, false).await,
-        Attached::Tls(t, n) => session(*t, n, peer, cfg, stop, true).await,
-    }
-}
-
-/// The transmission phase of an attached connection.
-async fn session<S>(
-    s: S,
-    n: Negotiated,
-    peer: Peer,
-    cfg: SessionConfig,
-    stop: watch::Receiver<bool>,
-    tls: bool,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+    let (wire, relay, n, tls) = match attached {
+        Attached::Plain(s, n) => match s.into_std() {
+            Ok(s) => (s.into(), None, n, false),
+            Err(e) => return tracing::warn!(error = %e, "cannot take over a connection"),
+        },
+        Attached::Tls(t, n) => match session::relay(*t) {
+            Ok((wire, relay)) => (wire, Some(relay), n, true),
+            Err(e) => return tracing::warn!(error = %e, "no socket pair for a TLS connection"),
+        },
+    };
     let name = n.export.name.clone();
     tracing::info!(export = %name, structured = n.structured, tls, "attached");
-    match serve(s, n, peer, cfg, stop).await {
+    match session::serve(wire, relay, n, peer, cfg, stop).await {
         Ok(()) => tracing::info!(export = %name, "detached"),
         Err(e) => tracing::info!(export = %name, error = %e, "connection ended"),
     }
@@ -191,9 +182,9 @@ async fn session<S>(
 
 /// A socket a connection's thread can take over: it crosses to the
 /// thread in its std form and is registered there with that thread's
-/// runtime.
+/// runtime for the handshake; the session then serves it blocking.
 pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
-    type Std: Send + 'static;
+    type Std: Into<session::Wire> + Send + 'static;
     fn into_std(self) -> std::io::Result<Self::Std>;
     fn from_std(s: Self::Std) -> std::io::Result<Self>;
 }
@@ -221,14 +212,13 @@ impl Socket for tokio::net::UnixStream {
 /// Starts serving (or refusing) an accepted connection.
 ///
 /// A served connection gets a thread of its own running a single-threaded
-/// runtime: its handshake, reader and writer run there, and a quick
-/// request (no fsync, no fetch) alone on the connection runs without
-/// leaving it (`session/mod.rs`). Queued requests go to the connection's
-/// request threads (`session/workers.rs`), and their replies come back to
-/// one thread. On the shared runtime each request
-/// crossed three or four threads, and those wake-ups were most of a
-/// 4 KiB request's time. The shared runtime keeps accepting, refusals,
-/// timers and the drain at shutdown, which waits for each thread's end.
+/// runtime: its handshake runs there, then it watches the session (stop,
+/// grace, a TLS connection's relay) while the connection's request
+/// threads read requests, run them and write replies
+/// (`session/workers.rs`). On the shared runtime each request crossed
+/// three or four threads, and those wake-ups were most of a 4 KiB
+/// request's time. The shared runtime keeps accepting, refusals, timers
+/// and the drain at shutdown, which waits for each thread's end.
 ///
 /// The span is attached to the future, not entered across its awaits: an
 /// entered span held over an `.await` became the parent of every later

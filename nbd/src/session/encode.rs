@@ -5,9 +5,7 @@ use super::{Frame, Outcome};
 use crate::limits::Charge;
 use crate::proto::{self, CmdFlags, Command, Errno, Request};
 use forkfs::Piece;
-use std::io::IoSlice;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use std::io::{IoSlice, Write};
 
 /// A reply for the socket: its encoded headers and, between them, a
 /// read's pieces, written from where they lie (the store's chunk cache;
@@ -77,9 +75,27 @@ impl Reply {
         out
     }
 
+    /// Its length on the wire.
+    pub(super) fn len(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Head(a, b) => b - a,
+                Part::Data(d) => d.len(),
+            })
+            .sum()
+    }
+
+    /// Appends its bytes to `out` (a reply gathered with others).
+    pub(super) fn copy_to(&self, out: &mut Vec<u8>) {
+        for p in self.pieces() {
+            out.extend_from_slice(p);
+        }
+    }
+
     /// Writes the whole reply, in as few (vectored) writes as the socket
     /// takes.
-    pub(super) async fn write_to<W: AsyncWrite + Unpin>(&self, w: &mut W) -> std::io::Result<()> {
+    pub(super) fn write_to<W: Write>(&self, w: &mut W) -> std::io::Result<()> {
         // At most this many buffers per write (well under IOV_MAX).
         const BATCH: usize = 64;
         let pieces = self.pieces();
@@ -87,7 +103,10 @@ impl Reply {
         while i < pieces.len() {
             let rest = std::iter::once(&pieces[i][off..]).chain(pieces[i + 1..].iter().copied());
             let slices: Vec<IoSlice<'_>> = rest.take(BATCH).map(IoSlice::new).collect();
-            let mut n = w.write_vectored(&slices).await?;
+            let mut n = match w.write_vectored(&slices) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => r?,
+            };
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
@@ -194,14 +213,14 @@ fn encode_read_chunks(r: &mut Reply, req: &Request, pieces: &[Piece], df: bool) 
     }
 }
 
+/// An error reply, holding `charge` until written.
 pub(super) fn reply_error(
-    tx: &mpsc::UnboundedSender<Frame>,
     charge: Charge,
     req: &Request,
     structured: bool,
     e: Errno,
     msg: &str,
-) {
+) -> Frame {
     let mut buf = Vec::new();
     let structured_cmd = matches!(req.command, Command::Read | Command::BlockStatus);
     if structured && structured_cmd {
@@ -209,5 +228,5 @@ pub(super) fn reply_error(
     } else {
         proto::encode_simple_reply(&mut buf, e.into(), req.cookie);
     }
-    let _ = tx.send((Reply::of_head(buf), charge));
+    (Reply::of_head(buf), charge)
 }

@@ -78,14 +78,17 @@ fn costly_replies(srv: &mut Server, len: u64) {
 /// a 64 MiB budget per connection and 96 MiB in all, the peak stays a few
 /// hundred MiB; the negative control raises the budgets (the old
 /// behaviour: the budget was released when a reply was queued, not sent)
-/// and the same load passes the bound.
+/// and the same load passes the bound. Both run 100 request threads per
+/// connection: each thread holds at most one reply, so the default 8
+/// would bound this load without any budget.
 #[test]
 fn a_client_that_does_not_read_replies_does_not_grow_the_server() {
     const BOUND_MIB: u64 = 400;
     let mut srv = Server::create(&[("disk", 256 * MIB)]);
     costly_replies(&mut srv, 256 * MIB);
     let budgets = ["--connection-memory", "64MiB", "--memory", "96MiB", "--max-request", "8MiB"];
-    srv.spawn(&[&["--listen", "127.0.0.1:0"][..], &budgets[..]].concat());
+    let threads = ["--threads", "100"];
+    srv.spawn(&[&["--listen", "127.0.0.1:0"][..], &budgets[..], &threads[..]].concat());
     let peak = slow_readers(&mut srv, 2, 100, 8 << 20, Duration::from_secs(3), BOUND_MIB);
     eprintln!("peak RSS with budgets: {peak} MiB");
     assert!(peak < BOUND_MIB, "peak RSS {peak} MiB\n{}", srv.log());
@@ -95,7 +98,7 @@ fn a_client_that_does_not_read_replies_does_not_grow_the_server() {
     // the new listener's address is the only one).
     std::fs::remove_file(srv.path("server.log")).unwrap();
     let loose = ["--connection-memory", "3GiB", "--memory", "3GiB", "--max-request", "8MiB"];
-    srv.spawn(&[&["--listen", "127.0.0.1:0"][..], &loose[..]].concat());
+    srv.spawn(&[&["--listen", "127.0.0.1:0"][..], &loose[..], &threads[..]].concat());
     let peak = slow_readers(&mut srv, 1, 100, 8 << 20, Duration::from_secs(60), BOUND_MIB);
     eprintln!("peak RSS without binding budgets: {peak} MiB");
     assert!(peak > BOUND_MIB, "the load should break the bound without budgets: {peak} MiB");
@@ -350,6 +353,36 @@ fn queued_requests_run_on_at_most_threads_threads_which_end_with_the_connection(
         assert!(gone, "threads outlived their connections\n{}", srv.log());
         assert!(srv.stop().success(), "{}", srv.log());
     }
+}
+
+/// A client that waits for each reply before its next request (queue
+/// depth 1) is served by one request thread: the thread that reads a
+/// request runs it and reads the next, with no other thread woken or
+/// started for it. The negative control is a build that hands the turn on
+/// after every request: a second thread then appears.
+#[test]
+fn requests_one_at_a_time_run_on_one_request_thread() {
+    let mut srv = Server::start(&[("disk", 16 * MIB)]);
+    let mut s = UnixStream::connect(&srv.sock).unwrap();
+    attach(&mut s, "disk");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut data = vec![0u8; 4096];
+    for i in 0..500u64 {
+        let offset = (i * 7 % 4096) * 4096;
+        if i % 2 == 0 {
+            let mut w = request(1, i, offset, 4096).to_vec();
+            w.extend_from_slice(&[i as u8; 4096]);
+            s.write_all(&w).unwrap();
+            assert_eq!(simple_reply(&mut s), (0, i), "{}", srv.log());
+        } else {
+            s.write_all(&request(0, i, offset, 4096)).unwrap();
+            assert_eq!(simple_reply(&mut s), (0, i), "{}", srv.log());
+            s.read_exact(&mut data).unwrap();
+        }
+    }
+    assert_eq!(threads_named(&srv, "forkfs-nbd-req"), 1, "{}", srv.log());
+    drop(s);
+    assert!(srv.stop().success(), "{}", srv.log());
 }
 
 /// On a store in a bucket, where a cold read waits on its GET on a

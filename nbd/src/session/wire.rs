@@ -4,8 +4,9 @@
 
 use super::Frame;
 use crate::limits::Charge;
-use std::io::{BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +51,18 @@ impl Wire {
         }
     }
 
+    /// Reads what has arrived, without waiting (`WouldBlock` if nothing).
+    fn recv_now(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let fd = match self {
+            Wire::Tcp(s) => s.as_raw_fd(),
+            Wire::Unix(s) => s.as_raw_fd(),
+        };
+        // SAFETY: `buf` is valid for writes of its length, and `fd` is
+        // this socket's, open while `self` lives.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+    }
+
     /// Ends reading (a blocked read returns EOF once the buffered bytes
     /// are read), or both ways (a blocked write fails).
     pub fn shutdown(&self, how: Shutdown) {
@@ -89,15 +102,6 @@ impl Write for &Wire {
     }
 }
 
-/// The read side, owned by whichever request thread reads next.
-struct Half(Arc<Wire>);
-
-impl Read for Half {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        (&*self.0).read(buf)
-    }
-}
-
 /// How a wait for bytes ended without them.
 pub enum Short {
     /// End of stream before the first byte.
@@ -107,8 +111,14 @@ pub enum Short {
     Err(std::io::Error),
 }
 
+/// The read side, owned by whichever request thread reads next: the
+/// socket behind a read-ahead buffer.
 pub struct Reader {
-    rd: BufReader<Half>,
+    wire: Arc<Wire>,
+    buf: Box<[u8]>,
+    /// `buf[start..end]` is received and not yet read.
+    start: usize,
+    end: usize,
 }
 
 /// Whether a read failed only because the read timeout passed.
@@ -118,12 +128,50 @@ fn timed_out(e: &std::io::Error) -> bool {
 
 impl Reader {
     pub fn new(wire: Arc<Wire>) -> Reader {
-        Reader { rd: BufReader::with_capacity(READ_BUFFER, Half(wire)) }
+        Reader { wire, buf: vec![0; READ_BUFFER].into_boxed_slice(), start: 0, end: 0 }
     }
 
     /// Whether more bytes are received and not yet read.
     pub fn buffered(&self) -> bool {
-        !self.rd.buffer().is_empty()
+        self.start < self.end
+    }
+
+    /// The bytes received and not yet read.
+    pub fn received(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Takes into the buffer what the socket already holds, without
+    /// waiting, until `want` bytes are received (at most the buffer's
+    /// size) or nothing more has arrived.
+    pub fn take_arrived(&mut self, want: usize) {
+        if self.end - self.start >= want {
+            return;
+        }
+        self.buf.copy_within(self.start..self.end, 0);
+        (self.start, self.end) = (0, self.end - self.start);
+        while self.end < want.min(self.buf.len()) {
+            match self.wire.recv_now(&mut self.buf[self.end..]) {
+                Ok(n) if n > 0 => self.end += n,
+                _ => break,
+            }
+        }
+    }
+
+    /// Reads from the buffer, refilled from the socket when empty (a read
+    /// as large as the buffer goes straight to the socket).
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.start == self.end {
+            if out.len() >= self.buf.len() {
+                return (&*self.wire).read(out);
+            }
+            let n = (&*self.wire).read(&mut self.buf)?;
+            (self.start, self.end) = (0, n);
+        }
+        let n = out.len().min(self.end - self.start);
+        out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        Ok(n)
     }
 
     /// Fills `buf`. Before its first byte, EOF and the read timeout are
@@ -132,7 +180,7 @@ impl Reader {
     pub fn fill(&mut self, buf: &mut [u8]) -> Result<(), Short> {
         let mut filled = 0;
         while filled < buf.len() {
-            match self.rd.read(&mut buf[filled..]) {
+            match self.read(&mut buf[filled..]) {
                 Ok(0) if filled == 0 => return Err(Short::Eof),
                 Ok(0) => return Err(Short::Err(ErrorKind::UnexpectedEof.into())),
                 Ok(n) => filled += n,

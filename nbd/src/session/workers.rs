@@ -7,15 +7,32 @@
 //! fetch from a bucket); otherwise it is left for whichever thread is
 //! done first, usually this one, so a request alone on its connection
 //! costs no wake-up at all.
+//!
+//! Writes of parts of blocks that arrive together and go on from each
+//! other (into one block, or each right after the one before) run in a
+//! row on one thread, in their order, and their replies go out together:
+//! a write of part of a block logs its own bytes, and spans that follow
+//! each other in the block and in the data log join (`head/patch.rs`).
+//! Spread over threads they reach the log interleaved, never join, and
+//! past 16 spans the whole block is logged again: 64 MiB written in 1 KiB
+//! requests at qd16 made a store of 393 MiB on 8 threads against 171 MiB
+//! on one. (Two streams of small writes into different blocks of one
+//! volume at the same time still interleave in its data log.)
 
 use super::wire::{Reader, Wire, Writer};
 use super::{Conn, Frame, Job, Read, read_request};
+use crate::export::Export;
 use crate::negotiate::invalid;
+use crate::proto::consts::REQUEST_HEADER_LEN;
+use crate::proto::{self, Command, Request};
 use parking_lot::{Condvar, Mutex};
 use std::net::Shutdown;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::mpsc;
+
+/// The most writes run in a row (a 64 KiB block in 512-byte writes is 128).
+const MAX_RUN: usize = 256;
 
 pub(super) struct Workers {
     conn: Conn,
@@ -24,7 +41,7 @@ pub(super) struct Workers {
     /// Where threads without a turn wait for one.
     woken: Condvar,
     writer: Mutex<Writer>,
-    /// Threads with a reply on its way to the writer.
+    /// Replies on their way to the writer.
     coming: AtomicUsize,
     max: usize,
 }
@@ -71,47 +88,69 @@ impl Workers {
         let me = self.clone();
         let thread = move || {
             let _rt = me.conn.rt.enter();
-            while let Some(job) = me.next(&alive) {
-                let frame = job.run();
-                me.reply(frame);
+            loop {
+                let jobs = me.next(&alive);
+                if jobs.is_empty() {
+                    break;
+                }
+                // Counted up front: the run's replies go out together,
+                // after its last one.
+                me.coming.fetch_add(jobs.len(), Ordering::AcqRel);
+                for job in jobs {
+                    let frame = job.run();
+                    me.write(frame);
+                }
             }
             drop(alive);
         };
         std::thread::Builder::new().name("forkfs-nbd-req".into()).spawn(thread).map(drop)
     }
 
-    /// Waits for this thread's turn and reads the next request to run;
-    /// `None` once the connection ended.
-    fn next(self: &Arc<Self>, alive: &mpsc::Sender<()>) -> Option<Job> {
+    /// Waits for this thread's turn and reads the next requests to run
+    /// (one, or a run of writes into one block); none once the connection
+    /// ended.
+    fn next(self: &Arc<Self>, alive: &mpsc::Sender<()>) -> Vec<Job> {
         loop {
-            let mut rd = self.my_turn()?;
-            // A panic here would keep the reader from every thread.
-            let read = std::panic::AssertUnwindSafe(|| read_request(&mut rd, &self.conn));
-            let got = std::panic::catch_unwind(read).unwrap_or_else(|_| {
-                tracing::error!(export = %self.conn.export.name, "reading a request panicked");
-                Read::End(Err(invalid("internal error reading a request")))
-            });
+            let Some(mut rd) = self.my_turn() else { return Vec::new() };
+            let (mut jobs, mut replies, mut end) = (Vec::new(), Vec::new(), None);
+            loop {
+                match self.read(&mut rd) {
+                    Read::Job(job) => jobs.push(job),
+                    Read::Reply(frame) => replies.push(frame),
+                    Read::End(res) => end = Some(res),
+                }
+                let ex = &self.conn.export;
+                if end.is_some() || jobs.len() >= MAX_RUN || !next_goes_on(&mut rd, &jobs, ex) {
+                    break;
+                }
+            }
             let more = rd.buffered();
             let mut t = self.turn.lock();
             t.reader = Some(rd);
-            match got {
-                Read::Job(job) => {
-                    if more || !self.conn.export.is_quick(&job.req) {
-                        self.hand_on(&mut t, alive);
-                    }
-                    return Some(job);
-                }
-                Read::Reply(frame) => {
-                    drop(t);
-                    self.reply(frame);
-                }
-                Read::End(res) => {
-                    t.end.get_or_insert(res);
-                    self.woken.notify_all();
-                    return None;
-                }
+            if let Some(res) = end {
+                t.end.get_or_insert(res);
+                self.woken.notify_all();
+            } else if !jobs.is_empty() && (more || !self.conn.export.is_quick(&jobs[0].req)) {
+                self.hand_on(&mut t, alive);
+            }
+            drop(t);
+            for frame in replies {
+                self.reply(frame);
+            }
+            if !jobs.is_empty() || self.turn.lock().end.is_some() {
+                return jobs;
             }
         }
+    }
+
+    /// Reads the next request.
+    fn read(&self, rd: &mut Reader) -> Read {
+        // A panic here would keep the reader from every thread.
+        let read = std::panic::AssertUnwindSafe(|| read_request(rd, &self.conn));
+        std::panic::catch_unwind(read).unwrap_or_else(|_| {
+            tracing::error!(export = %self.conn.export.name, "reading a request panicked");
+            Read::End(Err(invalid("internal error reading a request")))
+        })
     }
 
     fn my_turn(&self) -> Option<Reader> {
@@ -145,6 +184,11 @@ impl Workers {
     /// with a reply on its way writes them out.
     fn reply(&self, frame: Frame) {
         self.coming.fetch_add(1, Ordering::AcqRel);
+        self.write(frame);
+    }
+
+    /// [`Workers::reply`] for a reply already counted in `coming`.
+    fn write(&self, frame: Frame) {
         let mut w = self.writer.lock();
         let mut res = w.push(frame);
         if self.coming.fetch_sub(1, Ordering::AcqRel) == 1 && res.is_ok() {
@@ -159,4 +203,30 @@ impl Workers {
             self.woken.notify_all();
         }
     }
+}
+
+/// Whether the next request, already received whole, is a quick write
+/// of part of a block that goes on from `run` (quick writes): into the
+/// block the run started in, or right after the run's last write. It
+/// takes what has arrived of the next request first (a run is not cut
+/// where the read-ahead buffer happened to end), but never waits for it.
+fn next_goes_on(rd: &mut Reader, run: &[Job], ex: &Export) -> bool {
+    let block = u64::from(ex.block_size);
+    let small =
+        |r: &Request| r.command == Command::Write && ex.is_quick(r) && u64::from(r.length) < block;
+    let (Some(first), Some(last)) = (run.first().map(|j| &j.req), run.last().map(|j| &j.req))
+    else {
+        return false;
+    };
+    if block == 0 || !small(first) || !rd.buffered() {
+        return false;
+    }
+    rd.take_arrived(REQUEST_HEADER_LEN);
+    let header = rd.received().first_chunk::<REQUEST_HEADER_LEN>().map(proto::decode_request);
+    let Some(Ok(next)) = header else { return false };
+    let whole = REQUEST_HEADER_LEN + next.payload_len() as usize;
+    rd.take_arrived(whole);
+    let same_block = next.offset / block == first.offset / block;
+    let follows = next.offset == last.offset + u64::from(last.length);
+    rd.received().len() >= whole && small(&next) && (same_block || follows)
 }

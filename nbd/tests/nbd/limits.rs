@@ -385,6 +385,53 @@ fn requests_one_at_a_time_run_on_one_request_thread() {
     assert!(srv.stop().success(), "{}", srv.log());
 }
 
+/// Bytes in the data log of the store at `store` (fresh segments are
+/// appended to, so their lengths are what was logged).
+fn log_bytes(store: &std::path::Path) -> u64 {
+    let mut n = 0;
+    for vol in std::fs::read_dir(store.join("log")).unwrap() {
+        for seg in std::fs::read_dir(vol.unwrap().path()).unwrap() {
+            n += seg.unwrap().metadata().unwrap().len();
+        }
+    }
+    n
+}
+
+/// 128 writes of 1 KiB filling two 64 KiB blocks in order, all sent at
+/// once on one connection with 8 request threads: they run in a row on
+/// one thread, so their spans join in the data log and it grows by about
+/// what they wrote. The negative control is a build that spreads them
+/// over the threads: their spans interleave, and past 16 spans a write
+/// logs its whole block (518 KiB logged).
+#[test]
+fn pipelined_small_writes_in_order_log_their_own_bytes() {
+    let mut srv = Server::create(&[("disk", 16 * MIB)]);
+    srv.spawn(&["--threads", "8"]);
+    let mut s = UnixStream::connect(&srv.sock).unwrap();
+    attach(&mut s, "disk");
+    let before = log_bytes(&srv.store);
+    let mut reqs = Vec::new();
+    for i in 0..128u64 {
+        reqs.extend_from_slice(&request(1, i, i * 1024, 1024));
+        reqs.extend_from_slice(&[i as u8; 1024]);
+    }
+    s.write_all(&reqs).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    for _ in 0..128 {
+        assert_eq!(simple_reply(&mut s).0, 0, "{}", srv.log());
+    }
+    let logged = log_bytes(&srv.store) - before;
+    assert!(logged <= 192 << 10, "128 KiB written in 1 KiB writes logged {logged} bytes");
+    // They read back in order.
+    let mut data = vec![0u8; 128 << 10];
+    s.write_all(&request(0, 999, 0, 128 << 10)).unwrap();
+    assert_eq!(simple_reply(&mut s), (0, 999), "{}", srv.log());
+    s.read_exact(&mut data).unwrap();
+    assert!(data.chunks(1024).enumerate().all(|(i, c)| c.iter().all(|&b| b == i as u8)));
+    drop(s);
+    assert!(srv.stop().success(), "{}", srv.log());
+}
+
 /// On a store in a bucket, where a cold read waits on its GET on a
 /// request thread, a connection gets 16 request threads unless
 /// `--threads` says otherwise (8 on a local store, the test above's

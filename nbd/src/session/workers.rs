@@ -3,10 +3,13 @@
 //! (leader and followers): the thread whose turn it is reads one request,
 //! hands the turn on, runs the request and writes its reply. The turn is
 //! handed on by waking a waiting thread (or starting one) only when more
-//! requests are already received or this one may wait long (a FLUSH, a
-//! fetch from a bucket); otherwise it is left for whichever thread is
-//! done first, usually this one, so a request alone on its connection
-//! costs no wake-up at all.
+//! requests are already received, this one may wait long (a FLUSH, a
+//! fetch from a bucket) or other threads are running requests; otherwise
+//! it is left for whichever thread is done first, usually this one, so a
+//! request alone on its connection costs no wake-up at all. (Without the
+//! last condition, a thread reading a pack from the disk left the socket
+//! unread while requests queued behind it: cold sequential reads ran at
+//! 0.62x nbdkit-file against 0.85x before the turns.)
 //!
 //! Writes of parts of blocks that arrive together and go on from each
 //! other (into one block, or each right after the one before) run in a
@@ -51,6 +54,8 @@ struct Turn {
     reader: Option<Reader>,
     /// Threads waiting for their turn.
     waiting: usize,
+    /// Threads running requests.
+    running: usize,
     threads: usize,
     /// How the connection ended, once it did.
     end: Option<std::io::Result<bool>>,
@@ -64,8 +69,13 @@ impl Workers {
         alive: mpsc::Sender<()>,
     ) -> std::io::Result<Arc<Workers>> {
         let max = conn.cfg.limits.threads.max(1);
-        let turn =
-            Turn { reader: Some(Reader::new(wire.clone())), waiting: 0, threads: 1, end: None };
+        let turn = Turn {
+            reader: Some(Reader::new(wire.clone())),
+            waiting: 0,
+            running: 0,
+            threads: 1,
+            end: None,
+        };
         let w = Arc::new(Workers {
             conn,
             writer: Mutex::new(Writer::new(wire.clone())),
@@ -88,8 +98,10 @@ impl Workers {
         let me = self.clone();
         let thread = move || {
             let _rt = me.conn.rt.enter();
+            let mut ran = false;
             loop {
-                let jobs = me.next(&alive);
+                let jobs = me.next(&alive, ran);
+                ran = !jobs.is_empty();
                 if jobs.is_empty() {
                     break;
                 }
@@ -109,9 +121,11 @@ impl Workers {
     /// Waits for this thread's turn and reads the next requests to run
     /// (one, or a run of writes into one block); none once the connection
     /// ended.
-    fn next(self: &Arc<Self>, alive: &mpsc::Sender<()>) -> Vec<Job> {
+    /// `ran`: this thread comes from running requests.
+    fn next(self: &Arc<Self>, alive: &mpsc::Sender<()>, mut ran: bool) -> Vec<Job> {
         loop {
-            let Some(mut rd) = self.my_turn() else { return Vec::new() };
+            let Some(mut rd) = self.my_turn(ran) else { return Vec::new() };
+            ran = false;
             let (mut jobs, mut replies, mut end) = (Vec::new(), Vec::new(), None);
             loop {
                 match self.read(&mut rd) {
@@ -130,8 +144,18 @@ impl Workers {
             if let Some(res) = end {
                 t.end.get_or_insert(res);
                 self.woken.notify_all();
-            } else if !jobs.is_empty() && (more || !self.conn.export.is_quick(&jobs[0].req)) {
-                self.hand_on(&mut t, alive);
+            } else if !jobs.is_empty() {
+                // Someone must read on while this thread runs: when more
+                // is received, when the request may wait long, and when
+                // others are running (their clients are at depth; a
+                // request alone on its connection keeps its thread).
+                let quick = self.conn.export.is_quick(&jobs[0].req);
+                if more || !quick || t.running > 0 {
+                    self.hand_on(&mut t, alive);
+                }
+            }
+            if !jobs.is_empty() {
+                t.running += 1;
             }
             drop(t);
             for frame in replies {
@@ -153,8 +177,11 @@ impl Workers {
         })
     }
 
-    fn my_turn(&self) -> Option<Reader> {
+    fn my_turn(&self, ran: bool) -> Option<Reader> {
         let mut t = self.turn.lock();
+        if ran {
+            t.running -= 1;
+        }
         loop {
             if t.end.is_some() {
                 return None;

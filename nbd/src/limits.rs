@@ -54,7 +54,7 @@ pub struct Limits {
     pub idle_timeout: Option<Duration>,
     /// Connections at once (handshaking or attached); more are refused.
     pub max_connections: usize,
-    /// Threads per connection for queued requests (`session/workers.rs`).
+    /// Request threads per connection (`session/workers.rs`).
     pub threads: usize,
 }
 
@@ -143,6 +143,14 @@ impl Budget {
         Charge { _conn: c, _global: g }
     }
 
+    /// `bytes` if they are free in both budgets now.
+    pub fn try_charge(&self, bytes: u32) -> Option<Charge> {
+        let (conn, global) = (bytes.min(self.conn_total), bytes.min(self.global_total));
+        let c = self.conn.clone().try_acquire_many_owned(conn).ok()?;
+        let g = self.global.clone().try_acquire_many_owned(global).ok()?;
+        Some(Charge { _conn: c, _global: g })
+    }
+
     /// As [`Budget::charge`], from a thread outside `rt`; `None` once
     /// `stop` is set.
     pub fn charge_blocking(
@@ -151,11 +159,8 @@ impl Budget {
         stop: &watch::Receiver<bool>,
         rt: &tokio::runtime::Handle,
     ) -> Option<Charge> {
-        let (conn, global) = (bytes.min(self.conn_total), bytes.min(self.global_total));
-        if let Ok(c) = self.conn.clone().try_acquire_many_owned(conn) {
-            if let Ok(g) = self.global.clone().try_acquire_many_owned(global) {
-                return Some(Charge { _conn: c, _global: g });
-            }
+        if let Some(c) = self.try_charge(bytes) {
+            return Some(c);
         }
         let mut stop = stop.clone();
         rt.block_on(async {

@@ -163,9 +163,9 @@ struct LimitArgs {
     /// where the handshake allows)
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
-    /// Threads per connection running its queued requests in parallel (a
-    /// quick request alone on its connection runs on the connection's own
-    /// thread) [default: 8; 16 on a store in a bucket]
+    /// Request threads per connection: they take turns reading requests
+    /// and run them in parallel (a request alone on its connection runs
+    /// on the thread that read it) [default: 8; 16 on a store in a bucket]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
 }

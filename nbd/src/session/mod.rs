@@ -113,20 +113,29 @@ async fn transmit(
     // Every request thread holds a sender: `recv` ends when the last ends.
     let (alive, mut ended) = mpsc::channel::<()>(1);
     let workers = Workers::start(conn, wire.clone(), alive)?;
-    let (mut stopping, mut abandoned) = (false, false);
+    let mut abandoned = false;
     tokio::select! {
         _ = ended.recv() => {}
         _ = stop.wait_for(|s| *s) => {
-            stopping = true;
             // Nothing more is read; a thread waiting for a request wakes
-            // to the end of the stream.
-            wire.shutdown(Shutdown::Read);
-            // A client that does not read its replies holds their writes;
-            // it gets STOP_GRACE, then they fail.
-            if tokio::time::timeout(STOP_GRACE, ended.recv()).await.is_err() {
-                abandoned = true;
-                wire.shutdown(Shutdown::Both);
-                ended.recv().await;
+            // to the end of the stream, and threads waiting for a turn end.
+            workers.end(Ok(false));
+            // The requests in flight run to their end however long they
+            // take; then a client that does not read their replies gets
+            // STOP_GRACE before the writes fail.
+            let ran = async {
+                while workers.running() > 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                tokio::time::sleep(STOP_GRACE).await;
+            };
+            tokio::select! {
+                _ = ended.recv() => {}
+                _ = ran => {
+                    abandoned = true;
+                    wire.shutdown(Shutdown::Both);
+                    ended.recv().await;
+                }
             }
         }
     }
@@ -135,7 +144,7 @@ async fn transmit(
     let res = workers.outcome();
     drop(workers);
     if let Some(r) = relay {
-        r.finish(stopping.then_some(STOP_GRACE)).await;
+        r.finish(stop.clone(), STOP_GRACE).await;
     }
     if abandoned {
         return Err(invalid("stopping: the client did not read its replies"));
@@ -170,7 +179,7 @@ enum Read {
 }
 
 /// What admitting a request costs in reply memory.
-fn cost(req: &Request, max_request: u32) -> u32 {
+pub(super) fn cost(req: &Request, max_request: u32) -> u32 {
     let data = match req.command {
         Command::Read | Command::Write => req.length.min(max_request),
         Command::BlockStatus => STATUS_REPLY,
@@ -182,12 +191,14 @@ fn cost(req: &Request, max_request: u32) -> u32 {
 /// Reads one request header; `None` when the connection is to end
 /// cleanly (EOF between requests, stop, idle timeout).
 fn header(rd: &mut Reader, conn: &Conn) -> std::io::Result<Option<[u8; REQUEST_HEADER_LEN]>> {
-    let mut hdr = [0u8; REQUEST_HEADER_LEN];
+    let (mut hdr, mut filled) = ([0u8; REQUEST_HEADER_LEN], 0);
     loop {
         if *conn.stop.borrow() {
             return Ok(None);
         }
-        match rd.fill(&mut hdr) {
+        // The timeout counts after part of a header too: a client that
+        // sends a byte and stops is idle all the same.
+        match rd.fill(&mut hdr, &mut filled) {
             Ok(()) => return Ok(Some(hdr)),
             Err(Short::Eof) => return Ok(None),
             // The read timeout is the idle timeout; with something in
@@ -202,9 +213,10 @@ fn header(rd: &mut Reader, conn: &Conn) -> std::io::Result<Option<[u8; REQUEST_H
     }
 }
 
-/// Reads the next request and admits it.
-fn read_request(rd: &mut Reader, conn: &Conn) -> Read {
-    match admit(rd, conn) {
+/// Reads the next request and admits it, charging it to the budget
+/// unless `charge` already pays for it.
+fn read_request(rd: &mut Reader, conn: &Conn, charge: Option<Charge>) -> Read {
+    match admit(rd, conn, charge) {
         Ok(r) => r,
         // A stop cuts a payload short: the request was not admitted.
         Err(_) if *conn.stop.borrow() => Read::End(Ok(false)),
@@ -212,7 +224,7 @@ fn read_request(rd: &mut Reader, conn: &Conn) -> Read {
     }
 }
 
-fn admit(rd: &mut Reader, conn: &Conn) -> std::io::Result<Read> {
+fn admit(rd: &mut Reader, conn: &Conn, charge: Option<Charge>) -> std::io::Result<Read> {
     let Conn { export, structured, contexts, client, cfg, budget, stop, rt } = conn;
     let structured = *structured;
     let max_request = cfg.limits.max_request;
@@ -226,8 +238,12 @@ fn admit(rd: &mut Reader, conn: &Conn) -> std::io::Result<Read> {
     };
     tracing::debug!(export = %export.name, cmd = ?req.command, offset = req.offset, len = req.length, "request");
     // Back-pressure: nothing more is read until the memory is free.
-    let Some(charge) = budget.charge_blocking(cost(&req, max_request), stop, rt) else {
-        return Ok(Read::End(Ok(false)));
+    let charge = match charge {
+        Some(c) => c,
+        None => match budget.charge_blocking(cost(&req, max_request), stop, rt) {
+            Some(c) => c,
+            None => return Ok(Read::End(Ok(false))),
+        },
     };
     let payload_len = req.payload_len();
     let mut payload = Vec::new();

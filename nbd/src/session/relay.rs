@@ -8,6 +8,7 @@
 use super::wire::Wire;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Bytes moved at a time from the session to the client (TLS records
@@ -47,17 +48,17 @@ where
 }
 
 impl Relay {
-    /// Waits until the replies are out (at most `grace`, if given), then
-    /// drops the connection.
-    pub async fn finish(self, grace: Option<Duration>) {
+    /// Waits until the replies are out, or until `grace` after a stop (a
+    /// client that does not read them), then drops the connection.
+    pub async fn finish(self, mut stop: watch::Receiver<bool>, grace: Duration) {
         let Relay { up, mut down } = self;
-        match grace {
-            Some(g) => {
-                if tokio::time::timeout(g, &mut down).await.is_err() {
+        tokio::select! {
+            _ = &mut down => {}
+            _ = stop.wait_for(|s| *s) => {
+                if tokio::time::timeout(grace, &mut down).await.is_err() {
                     down.abort();
                 }
             }
-            None => drop(down.await),
         }
         up.abort();
     }

@@ -106,7 +106,7 @@ impl Write for &Wire {
 pub enum Short {
     /// End of stream before the first byte.
     Eof,
-    /// The read timeout passed before the first byte.
+    /// The read timeout passed.
     Quiet,
     Err(std::io::Error),
 }
@@ -174,19 +174,17 @@ impl Reader {
         Ok(n)
     }
 
-    /// Fills `buf`. Before its first byte, EOF and the read timeout are
-    /// reported as such; once a byte came, timeouts are waited out and
-    /// EOF is an error.
-    pub fn fill(&mut self, buf: &mut [u8]) -> Result<(), Short> {
-        let mut filled = 0;
-        while filled < buf.len() {
-            match self.read(&mut buf[filled..]) {
-                Ok(0) if filled == 0 => return Err(Short::Eof),
+    /// Fills `buf` from `filled` on, counting in `filled` what came.
+    /// The read timeout returns `Quiet` (call again to go on); EOF
+    /// before the first byte is `Eof`, after it an error.
+    pub fn fill(&mut self, buf: &mut [u8], filled: &mut usize) -> Result<(), Short> {
+        while *filled < buf.len() {
+            match self.read(&mut buf[*filled..]) {
+                Ok(0) if *filled == 0 => return Err(Short::Eof),
                 Ok(0) => return Err(Short::Err(ErrorKind::UnexpectedEof.into())),
-                Ok(n) => filled += n,
+                Ok(n) => *filled += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if timed_out(&e) && filled == 0 => return Err(Short::Quiet),
-                Err(e) if timed_out(&e) => {}
+                Err(e) if timed_out(&e) => return Err(Short::Quiet),
                 Err(e) => return Err(Short::Err(e)),
             }
         }
@@ -195,8 +193,9 @@ impl Reader {
 
     /// Reads all of `buf`, however long the client takes.
     pub fn exact(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        let mut filled = 0;
         loop {
-            return match self.fill(buf) {
+            return match self.fill(buf, &mut filled) {
                 Ok(()) => Ok(()),
                 Err(Short::Quiet) => continue,
                 Err(Short::Eof) => Err(ErrorKind::UnexpectedEof.into()),

@@ -13,7 +13,8 @@
 //!
 //! Writes of parts of blocks that arrive together and go on from each
 //! other (into one block, or each right after the one before) run in a
-//! row on one thread, in their order, and their replies go out together:
+//! row on one thread, in their order, and their replies go out together
+//! after the last one ran:
 //! a write of part of a block logs its own bytes, and spans that follow
 //! each other in the block and in the data log join (`head/patch.rs`).
 //! Spread over threads they reach the log interleaved, never join, and
@@ -23,8 +24,8 @@
 //! volume at the same time still interleave in its data log.)
 
 use super::wire::{Reader, Wire, Writer};
-use super::{Conn, Frame, Job, Read, read_request};
-use crate::export::Export;
+use super::{Conn, Frame, Job, Read, cost, read_request};
+use crate::limits::Charge;
 use crate::negotiate::invalid;
 use crate::proto::consts::REQUEST_HEADER_LEN;
 use crate::proto::{self, Command, Request};
@@ -44,7 +45,7 @@ pub(super) struct Workers {
     /// Where threads without a turn wait for one.
     woken: Condvar,
     writer: Mutex<Writer>,
-    /// Replies on their way to the writer.
+    /// Threads with replies on their way to the writer.
     coming: AtomicUsize,
     max: usize,
 }
@@ -98,20 +99,25 @@ impl Workers {
         let me = self.clone();
         let thread = move || {
             let _rt = me.conn.rt.enter();
-            let mut ran = false;
             loop {
-                let jobs = me.next(&alive, ran);
-                ran = !jobs.is_empty();
-                if jobs.is_empty() {
+                let (jobs, mut frames) = me.next(&alive);
+                if jobs.is_empty() && frames.is_empty() {
                     break;
                 }
-                // Counted up front: the run's replies go out together,
-                // after its last one.
-                me.coming.fetch_add(jobs.len(), Ordering::AcqRel);
-                for job in jobs {
-                    let frame = job.run();
-                    me.write(frame);
+                // A bug that panics outside a request (which fails alone
+                // with EIO) ends the connection rather than leaving its
+                // counts wrong and its other threads waiting.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    // Every request of a run runs before any reply is
+                    // written: none waits on the socket once admitted.
+                    frames.extend(jobs.into_iter().map(Job::run));
+                }));
+                me.turn.lock().running -= 1;
+                if ran.is_err() {
+                    me.end(Err(invalid("internal error running requests")));
+                    break;
                 }
+                me.reply(frames);
             }
             drop(alive);
         };
@@ -119,69 +125,61 @@ impl Workers {
     }
 
     /// Waits for this thread's turn and reads the next requests to run
-    /// (one, or a run of writes into one block); none once the connection
-    /// ended.
-    /// `ran`: this thread comes from running requests.
-    fn next(self: &Arc<Self>, alive: &mpsc::Sender<()>, mut ran: bool) -> Vec<Job> {
+    /// (one, or a run of writes of parts of blocks), with the replies of
+    /// those answered without running; both empty once the connection
+    /// ended. The thread counts as running until it has run them.
+    fn next(self: &Arc<Self>, alive: &mpsc::Sender<()>) -> (Vec<Job>, Vec<Frame>) {
+        let Some(mut rd) = self.my_turn() else { return (Vec::new(), Vec::new()) };
+        let (mut jobs, mut replies, mut end) = (Vec::new(), Vec::new(), None);
+        let mut charge = None;
         loop {
-            let Some(mut rd) = self.my_turn(ran) else { return Vec::new() };
-            ran = false;
-            let (mut jobs, mut replies, mut end) = (Vec::new(), Vec::new(), None);
-            loop {
-                match self.read(&mut rd) {
-                    Read::Job(job) => jobs.push(job),
-                    Read::Reply(frame) => replies.push(frame),
-                    Read::End(res) => end = Some(res),
-                }
-                let ex = &self.conn.export;
-                if end.is_some() || jobs.len() >= MAX_RUN || !next_goes_on(&mut rd, &jobs, ex) {
-                    break;
-                }
+            match self.read(&mut rd, charge.take()) {
+                Read::Job(job) => jobs.push(job),
+                Read::Reply(frame) => replies.push(frame),
+                Read::End(res) => end = Some(res),
             }
-            let more = rd.buffered();
-            let mut t = self.turn.lock();
-            t.reader = Some(rd);
-            if let Some(res) = end {
-                t.end.get_or_insert(res);
-                self.woken.notify_all();
-            } else if !jobs.is_empty() {
-                // Someone must read on while this thread runs: when more
-                // is received, when the request may wait long, and when
-                // others are running (their clients are at depth; a
-                // request alone on its connection keeps its thread).
-                let quick = self.conn.export.is_quick(&jobs[0].req);
-                if more || !quick || t.running > 0 {
-                    self.hand_on(&mut t, alive);
-                }
+            if end.is_some() || jobs.len() >= MAX_RUN {
+                break;
             }
-            if !jobs.is_empty() {
-                t.running += 1;
-            }
-            drop(t);
-            for frame in replies {
-                self.reply(frame);
-            }
-            if !jobs.is_empty() || self.turn.lock().end.is_some() {
-                return jobs;
+            charge = next_goes_on(&mut rd, &jobs, &self.conn);
+            if charge.is_none() {
+                break;
             }
         }
+        let more = rd.buffered();
+        let mut t = self.turn.lock();
+        t.reader = Some(rd);
+        if let Some(res) = end {
+            t.end.get_or_insert(res);
+            self.woken.notify_all();
+        } else if !jobs.is_empty() {
+            // Someone must read on while this thread runs: when more is
+            // received, when the request may wait long, and when others
+            // are running (their clients are at depth; a request alone on
+            // its connection keeps its thread).
+            let quick = self.conn.export.is_quick(&jobs[0].req);
+            if more || !quick || t.running > 0 {
+                self.hand_on(&mut t, alive);
+            }
+        }
+        if !jobs.is_empty() || !replies.is_empty() {
+            t.running += 1;
+        }
+        (jobs, replies)
     }
 
-    /// Reads the next request.
-    fn read(&self, rd: &mut Reader) -> Read {
+    /// Reads the next request (paid for by `charge` if given).
+    fn read(&self, rd: &mut Reader, charge: Option<Charge>) -> Read {
         // A panic here would keep the reader from every thread.
-        let read = std::panic::AssertUnwindSafe(|| read_request(rd, &self.conn));
+        let read = std::panic::AssertUnwindSafe(|| read_request(rd, &self.conn, charge));
         std::panic::catch_unwind(read).unwrap_or_else(|_| {
             tracing::error!(export = %self.conn.export.name, "reading a request panicked");
             Read::End(Err(invalid("internal error reading a request")))
         })
     }
 
-    fn my_turn(&self, ran: bool) -> Option<Reader> {
+    fn my_turn(&self) -> Option<Reader> {
         let mut t = self.turn.lock();
-        if ran {
-            t.running -= 1;
-        }
         loop {
             if t.end.is_some() {
                 return None;
@@ -207,53 +205,65 @@ impl Workers {
         }
     }
 
-    /// Writes a reply. Small replies are gathered, and the last thread
-    /// with a reply on its way writes them out.
-    fn reply(&self, frame: Frame) {
-        self.coming.fetch_add(1, Ordering::AcqRel);
-        self.write(frame);
+    /// Ends the connection (a stop, a failed socket, a bug): no more
+    /// requests are read, and threads waiting for a turn end.
+    pub(super) fn end(&self, res: std::io::Result<bool>) {
+        let mut t = self.turn.lock();
+        t.end.get_or_insert(res);
+        self.wire.shutdown(Shutdown::Read);
+        self.woken.notify_all();
     }
 
-    /// [`Workers::reply`] for a reply already counted in `coming`.
-    fn write(&self, frame: Frame) {
+    /// Threads running requests (not counting those writing replies).
+    pub(super) fn running(&self) -> usize {
+        self.turn.lock().running
+    }
+
+    /// Writes replies. Small replies are gathered, and the last thread
+    /// with replies on their way to the writer writes them out.
+    fn reply(&self, frames: Vec<Frame>) {
+        if frames.is_empty() {
+            return;
+        }
+        self.coming.fetch_add(1, Ordering::AcqRel);
         let mut w = self.writer.lock();
-        let mut res = w.push(frame);
+        let mut res = frames.into_iter().try_for_each(|f| w.push(f));
         if self.coming.fetch_sub(1, Ordering::AcqRel) == 1 && res.is_ok() {
             res = w.flush();
         }
         drop(w);
         if let Err(e) = res {
             // The connection is gone: nothing more is read.
-            let mut t = self.turn.lock();
-            t.end.get_or_insert(Err(e));
-            self.wire.shutdown(Shutdown::Read);
-            self.woken.notify_all();
+            self.end(Err(e));
         }
     }
 }
 
 /// Whether the next request, already received whole, is a quick write
 /// of part of a block that goes on from `run` (quick writes): into the
-/// block the run started in, or right after the run's last write. It
-/// takes what has arrived of the next request first (a run is not cut
-/// where the read-ahead buffer happened to end), but never waits for it.
-fn next_goes_on(rd: &mut Reader, run: &[Job], ex: &Export) -> bool {
+/// block the run started in, or right after the run's last write; if so,
+/// its memory, taken without waiting (the run's requests hold theirs
+/// until they have run, so a run never waits for memory). It takes what
+/// has arrived of the next request first (a run is not cut where the
+/// read-ahead buffer happened to end), but never waits for it.
+fn next_goes_on(rd: &mut Reader, run: &[Job], conn: &Conn) -> Option<Charge> {
+    let ex = &conn.export;
     let block = u64::from(ex.block_size);
     let small =
         |r: &Request| r.command == Command::Write && ex.is_quick(r) && u64::from(r.length) < block;
-    let (Some(first), Some(last)) = (run.first().map(|j| &j.req), run.last().map(|j| &j.req))
-    else {
-        return false;
-    };
+    let (first, last) = (&run.first()?.req, &run.last()?.req);
     if block == 0 || !small(first) || !rd.buffered() {
-        return false;
+        return None;
     }
     rd.take_arrived(REQUEST_HEADER_LEN);
     let header = rd.received().first_chunk::<REQUEST_HEADER_LEN>().map(proto::decode_request);
-    let Some(Ok(next)) = header else { return false };
+    let Some(Ok(next)) = header else { return None };
     let whole = REQUEST_HEADER_LEN + next.payload_len() as usize;
     rd.take_arrived(whole);
     let same_block = next.offset / block == first.offset / block;
     let follows = next.offset == last.offset + u64::from(last.length);
-    rd.received().len() >= whole && small(&next) && (same_block || follows)
+    if rd.received().len() < whole || !small(&next) || !(same_block || follows) {
+        return None;
+    }
+    conn.budget.try_charge(cost(&next, conn.cfg.limits.max_request))
 }

@@ -172,6 +172,10 @@ fn handshake_and_idle_timeouts_close_silent_clients_only() {
     // An attached client that sends nothing, and one that keeps reading.
     let mut idle = unix_with_timeout(&srv, Duration::from_secs(30));
     attach(&mut idle, "disk");
+    // An attached client that sends part of a request header and stops.
+    let mut part = unix_with_timeout(&srv, Duration::from_secs(30));
+    attach(&mut part, "disk");
+    part.write_all(&request(0, 1, 0, 4096)[..5]).unwrap();
     // One that sends a READ every 200 ms outlives the idle timeout.
     let mut busy = unix_with_timeout(&srv, Duration::from_secs(30));
     attach(&mut busy, "disk");
@@ -187,7 +191,7 @@ fn handshake_and_idle_timeouts_close_silent_clients_only() {
         }
         busy
     });
-    for s in [&mut a, &mut b, &mut c, &mut idle] {
+    for s in [&mut a, &mut b, &mut c, &mut idle, &mut part] {
         assert!(closed_within(s, Duration::from_secs(30)), "{}", srv.log());
     }
     // ... and once it falls silent, it is idle too (the timer is not

@@ -1,21 +1,23 @@
 //! The transmission phase of one connection, on blocking sockets. Its
 //! request threads (`workers.rs`, at most `--threads`) take turns: one
-//! reads the next request, then runs it and writes its reply itself; it
-//! wakes (or starts) another thread to read on only when more requests are
-//! already received or the request may wait long. So a request alone on
-//! its connection never changes threads, and a deep queue costs no
-//! hand-off per request: on 2 cores the wake-ups of a reader thread, a
-//! worker and a writer were half of a 4 KiB read's CPU. Replies go out in
-//! completion order. A TLS connection is served the same way through a
-//! socket pair (`relay.rs`).
+//! reads the next request (or a run of small writes that go on from each
+//! other), then runs it and writes its reply itself; it wakes (or starts)
+//! another thread to read on only when more requests are already
+//! received, the request may wait long or other threads are running. So
+//! a request alone on its connection never changes threads, and a deep
+//! queue costs no hand-off per request: on 2 cores the wake-ups of a
+//! reader thread, a worker and a writer were half of a 4 KiB read's CPU.
+//! Replies go out in completion order. A TLS connection is served the
+//! same way through a socket pair (`relay.rs`).
 //! Every request is charged to the connection's and the server's memory
 //! budget (`limits.rs`) before its payload is read, and the charge goes
 //! with its reply, which releases it once the bytes are on the socket: a
 //! client that does not read replies stops being read.
 //! Malformed requests get their error reply and the connection stays
-//! usable; only lost framing closes it. A stop (SIGTERM) or the idle
-//! timeout ends the reading between requests, never inside a request the
-//! server has admitted.
+//! usable; only lost framing closes it. A stop (SIGTERM) ends the reading
+//! between requests, never inside a request the server has admitted; the
+//! idle timeout closes a connection with nothing in flight, also one
+//! that sent part of a header and stopped.
 
 mod encode;
 mod execute;
